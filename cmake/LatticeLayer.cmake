@@ -1,0 +1,32 @@
+# lattice_add_layer(NAME DEPS a b ...) builds src/NAME/*.cpp into the static library
+# lattice_NAME. Each layer links only the layers above it in DESIGN.md.
+function(lattice_add_layer name)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB _sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  if(NOT _sources)
+    # A layer with headers only (or not yet any sources) is an interface library.
+    add_library(lattice_${name} INTERFACE)
+    target_include_directories(lattice_${name} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(lattice_${name} INTERFACE ${ARG_DEPS})
+    return()
+  endif()
+  add_library(lattice_${name} STATIC ${_sources})
+  target_include_directories(lattice_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(lattice_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# lattice_add_test_suite(NAME DEPS ...) builds tests/NAME/*_test.cpp into NAME_tests and
+# registers every test case with CTest under the label NAME.
+function(lattice_add_test_suite name)
+  cmake_parse_arguments(ARG "" "" "DEPS;LABELS" ${ARGN})
+  file(GLOB _sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cpp)
+  if(NOT _sources)
+    return()
+  endif()
+  add_executable(${name}_tests ${_sources})
+  target_link_libraries(${name}_tests PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_include_directories(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  gtest_discover_tests(${name}_tests
+    PROPERTIES LABELS "${name};${ARG_LABELS}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,17 @@
+# LATTICE_SANITIZE="address;undefined" or "thread" instruments every target.
+# OpenMP is kept out of TSan builds: libgomp is not TSan-instrumented and reports false races.
+set(LATTICE_USE_OPENMP ON)
+if(LATTICE_SANITIZE)
+  if("thread" IN_LIST LATTICE_SANITIZE AND "address" IN_LIST LATTICE_SANITIZE)
+    message(FATAL_ERROR "LATTICE_SANITIZE: 'thread' cannot be combined with 'address'")
+  endif()
+  list(JOIN LATTICE_SANITIZE "," _lattice_sanitizers)
+  add_compile_options(-fsanitize=${_lattice_sanitizers} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_lattice_sanitizers})
+  if("undefined" IN_LIST LATTICE_SANITIZE)
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+  if("thread" IN_LIST LATTICE_SANITIZE)
+    set(LATTICE_USE_OPENMP OFF)
+  endif()
+endif()

@@ -1,0 +1,27 @@
+// The `lattice` command. Each subcommand lives in its own file and registers itself here.
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lattice: train transformer language models across many ranks"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lattice 0.1.0");
+  lattice::cli::register_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const lattice::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected error: {}", e.what());
+    return 2;
+  }
+  return 0;
+}
