@@ -26,7 +26,9 @@ function(lattice_add_test_suite name)
   add_executable(${name}_tests ${_sources})
   target_link_libraries(${name}_tests PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  # One OpenMP thread per test process: ctest runs tests side by side, and OpenMP teams that
+  # oversubscribe the cores spin against each other (tests that need more set their budget).
   gtest_discover_tests(${name}_tests
-    PROPERTIES LABELS "${name};${ARG_LABELS}"
+    PROPERTIES LABELS "${name};${ARG_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=1"
     DISCOVERY_TIMEOUT 60)
 endfunction()

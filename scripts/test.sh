@@ -4,6 +4,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${LATTICE_BUILD_DIR:-$root/build}"
 
-bash "$root/scripts/build.sh" "$@"
+bash "$root/scripts/build.sh" -DLATTICE_BUILD_TESTS=ON -DLATTICE_BUILD_BENCH=ON "$@"
 cd "$build_dir"
 ctest --output-on-failure -j "$(nproc)" --timeout 300

@@ -3,7 +3,12 @@
 namespace lattice::cli {
 
 void register_commands(CLI::App& app) {
-  (void)app;
+  register_train_command(app);
+  register_sample_command(app);
+  register_export_command(app);
+  register_plan_command(app);
+  register_data_command(app);
+  register_bench_comm_command(app);
 }
 
 }  // namespace lattice::cli

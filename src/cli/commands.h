@@ -1,4 +1,4 @@
-// Registration of the `lattice` subcommands, one function per file.
+// Registration of the `lattice` subcommands; each lives in its own <name>_command.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -6,5 +6,12 @@
 namespace lattice::cli {
 
 void register_commands(CLI::App& app);
+
+void register_train_command(CLI::App& app);
+void register_sample_command(CLI::App& app);
+void register_export_command(CLI::App& app);
+void register_plan_command(CLI::App& app);
+void register_data_command(CLI::App& app);
+void register_bench_comm_command(CLI::App& app);
 
 }  // namespace lattice::cli

@@ -13,7 +13,7 @@
 namespace lattice {
 
 namespace {
-thread_local int budget = 1;
+thread_local int budget = 0;  // 0: not set on this thread
 }
 
 void set_thread_budget(int threads) {

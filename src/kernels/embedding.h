@@ -9,8 +9,8 @@ namespace lattice {
 
 // out (N, C) = table[ids[n] - vocab_start] for ids inside [vocab_start, vocab_start + rows);
 // rows for ids outside that range are written as zeros. The range lets a rank that holds only a
-// slice of the vocabulary (vocab-parallel embedding) look up its part. ids: i32 (N); table
-// (rows, C) f32 or bf16; out has table's dtype or f32.
+// slice of the vocabulary (vocab-parallel embedding) look up its part. ids: i32 (N), or any
+// shape such as (B, T); table (rows, C) f32 or bf16; out: ids' shape + (C), f32 or bf16.
 void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table,
                        int64_t vocab_start = 0);
 // dtable (rows, C) f32 += scatter of dout (N, C) by ids, same range rule.

@@ -5,8 +5,11 @@
 //
 // a and b have the same dtype: f32, or bf16 with fp32 accumulation. out is f32, or bf16 when
 // the inputs are bf16. bias (N) is f32 and may be undefined; it cannot be combined with
-// accumulate. Primitives are created once per distinct problem and reused (a per-thread cache),
-// so steady-state calls pay no creation cost.
+// accumulate. Primitives are created once per distinct problem and reused (a per-thread cache
+// keyed by M, N, K, transposes, dtypes, bias, accumulate and the thread's OpenMP team size), so
+// steady-state calls pay no creation cost. Any of M, N, K may be 0 (K == 0: out = bias or 0).
+// Bad arguments raise ShapeError / DTypeError / ValueError naming matmul and the argument;
+// out must not share memory with a or b.
 #pragma once
 
 #include <string>
@@ -24,8 +27,10 @@ struct MatmulOptions {
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(),
             MatmulOptions options = {});
 
-// The oneDNN implementation chosen for a problem, e.g. "brg:avx512_core_amx" — what the
-// benchmarks report so a reader knows which code path ran.
+// The oneDNN implementation chosen for a problem (without bias), e.g. "brg:avx512_core_amx"
+// on a CPU with AMX — what the benchmarks report so a reader knows which code path ran. It
+// prepares the problem in the calling thread's cache, so it counts in matmul_cache_stats().
+// Throws DTypeError for a dtype pair matmul does not support, ValueError for an empty M, N or K.
 std::string matmul_implementation(int64_t m, int64_t n, int64_t k, DType input, DType output,
                                   MatmulOptions options = {});
 
@@ -35,5 +40,8 @@ struct MatmulCacheStats {
   int64_t hits = 0;
 };
 MatmulCacheStats matmul_cache_stats();
+// Drops the calling thread's prepared primitives and zeroes its statistics (tests and the
+// first-call benchmark start from an empty cache with it).
+void matmul_cache_clear();
 
 }  // namespace lattice

@@ -1,4 +1,6 @@
-// LayerNorm and RMSNorm over the last dimension C of an (N, C) input.
+// LayerNorm and RMSNorm over the last dimension C of an (N, C) input; an input with more
+// dimensions, e.g. (B, T, C), is N = B·T rows, and its statistics are (N) or (B, T).
+// weight and bias may be f32 or bf16 (the compute copy); their gradients are f32.
 #pragma once
 
 #include "core/tensor.h"

@@ -1,0 +1,160 @@
+// Hugging Face weights: import (--init-from) and export (lattice export).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
+#include "core/atomic_file.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The registry name a file's tensor stands for, or "" for a known non-parameter to skip.
+std::string canonical_name(const std::string& name, const ModelConfig& config) {
+  if (config.family == ModelFamily::kGpt2) {
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) return "";
+    if (name == "lm_head.weight" && config.tied_embeddings) return "";  // a copy of wte
+    if (!name.starts_with("transformer.") && name != "lm_head.weight") return "transformer." + name;
+  }
+  return name;
+}
+
+nlohmann::json hf_config(const ModelConfig& c) {
+  auto refuse = [&](std::string_view what) {
+    LATTICE_THROW(ValueError,
+                  "cannot export '{}' as a Hugging Face {} model: {} ---> HINT: the {} family in "
+                  "Hugging Face needs {}",
+                  c.name, family_name(c.family), what, family_name(c.family),
+                  c.family == ModelFamily::kGpt2
+                      ? "layernorm, learned positions, gelu, biases and n_kv_head == n_head"
+                      : "rmsnorm, rope and swiglu");
+  };
+  if (c.family == ModelFamily::kGpt2) {
+    if (c.norm != NormKind::kLayerNorm) refuse("its norm is not layernorm");
+    if (c.position != PositionKind::kLearned) refuse("its positions are not learned");
+    if (c.mlp != MlpKind::kGelu) refuse("its MLP is not gelu");
+    if (!c.bias) refuse("it has no biases");
+    if (c.n_kv_head != c.n_head) refuse("it uses grouped-query attention");
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab_size},
+            {"n_positions", c.seq_len},
+            {"n_ctx", c.seq_len},
+            {"n_embd", c.d_model},
+            {"n_layer", c.n_layer},
+            {"n_head", c.n_head},
+            {"n_inner", c.d_ff},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", c.norm_eps},
+            {"initializer_range", c.init_std},
+            {"tie_word_embeddings", c.tied_embeddings},
+            {"torch_dtype", "float32"}};
+  }
+  if (c.norm != NormKind::kRmsNorm) refuse("its norm is not rmsnorm");
+  if (c.position != PositionKind::kRope) refuse("its positions are not rope");
+  if (c.mlp != MlpKind::kSwiglu) refuse("its MLP is not swiglu");
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.d_model},
+          {"intermediate_size", c.d_ff},
+          {"num_hidden_layers", c.n_layer},
+          {"num_attention_heads", c.n_head},
+          {"num_key_value_heads", c.n_kv_head},
+          {"max_position_embeddings", c.seq_len},
+          {"rms_norm_eps", c.norm_eps},
+          {"rope_theta", c.rope_theta},
+          {"hidden_act", "silu"},
+          {"attention_bias", c.bias},
+          {"mlp_bias", c.bias},
+          {"initializer_range", c.init_std},
+          {"tie_word_embeddings", c.tied_embeddings},
+          {"torch_dtype", "float32"}};
+}
+
+}  // namespace
+
+void load_hf_weights(const fs::path& file, Transformer& model) {
+  SafetensorsReader reader(file);
+  const ModelConfig& config = model.config();
+  ParameterStore& store = model.parameters();
+  const ParameterRegistry& registry = model.registry();
+
+  std::set<std::string> loaded;
+  std::vector<std::string> unexpected, skipped;
+  for (const SafetensorsTensorInfo& t : reader.tensors()) {
+    std::string name = canonical_name(t.name, config);
+    if (name.empty()) {
+      skipped.push_back(t.name);
+      continue;
+    }
+    int index = registry.find(name);
+    if (index < 0) {
+      unexpected.push_back(
+          fmt::format("{} {}{}", t.name, safetensors_dtype_name(t.dtype), t.shape.to_string()));
+      continue;
+    }
+    const ParameterSpec& spec = registry.at(index);
+    if (t.shape != spec.shape) {
+      LATTICE_THROW(IoError,
+                    "{}: tensor '{}' has shape {}, the model ({}) expects {} ---> HINT: the "
+                    "weights are for another config (d_model, n_head, vocab, ...)",
+                    file.string(), t.name, t.shape.to_string(), config.name,
+                    spec.shape.to_string());
+    }
+    if (t.dtype == DType::kI32) {
+      LATTICE_THROW(IoError, "{}: tensor '{}' has dtype I32, expected F32, BF16 or F16",
+                    file.string(), t.name);
+    }
+    // BF16 and F16 widen to the fp32 master weights exactly: no information is lost.
+    reader.read(t.name, store.master(index), DTypePolicy::kConvert);
+    loaded.insert(name);
+  }
+  std::vector<std::string> missing;
+  for (const ParameterSpec& spec : registry.specs()) {
+    if (!loaded.contains(spec.name)) {
+      missing.push_back(fmt::format("{} {}", spec.name, spec.shape.to_string()));
+    }
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    LATTICE_THROW(IoError,
+                  "{} does not match model '{}': missing [{}]; unexpected [{}] ---> HINT: the "
+                  "file must hold exactly the model's parameters under Hugging Face names",
+                  file.string(), config.name, fmt::join(missing, ", "),
+                  fmt::join(unexpected, ", "));
+  }
+  if (!skipped.empty()) {
+    spdlog::info("{}: skipped {} non-parameter tensors (attention masks, tied head)", file.string(),
+                 skipped.size());
+  }
+  store.refresh_compute_copy();
+}
+
+void export_hf(const fs::path& dir, Transformer& model) {
+  nlohmann::json config = hf_config(model.config());
+  fs::create_directories(dir);
+  ParameterStore& store = model.parameters();
+  const auto& specs = model.registry().specs();
+  SafetensorsWriter writer;
+  writer.add_metadata("format", "pt");
+  for (int i = 0; i < int(specs.size()); ++i) writer.add(specs[size_t(i)].name, store.master(i));
+  writer.write(dir / "model.safetensors");
+  std::string text = config.dump(2) + "\n";
+  AtomicFileWriter out(dir / "config.json");
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+}  // namespace lattice

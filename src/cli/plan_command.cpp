@@ -1,0 +1,153 @@
+// `lattice plan`: recommends a parallel layout for a model on a cluster and predicts its memory
+// and step time (plan/). Example:
+//   lattice plan --model llama-3-70b --cluster dgx-h100 --nodes 128 --global-batch 1024 --seq 4096
+// Fixing every dimension evaluates that one layout:
+//   ... --tp 8 --pp 8 --dp 16 --micro-batch 1 --virtual-stages 5 --recompute selective --sp
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "plan/alternatives.h"
+#include "plan/model_presets.h"
+#include "plan/plan_report.h"
+#include "plan/search.h"
+
+namespace lattice::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string cluster = "dgx-h100";
+  int64_t nodes = 1;
+  int64_t gpus = 0;  // overrides nodes × gpus_per_node
+  int64_t global_batch = 0;
+  int64_t seq = 0;  // 0: the model's max_seq_len
+  std::string precision = "bf16";
+  bool fp32_grads = false;
+  bool dropout = false;
+  bool materialized_attention = false;
+  // Constraints; 0 / empty: searched.
+  int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0;
+  int64_t max_pp = 0, max_micro_batch = 16;
+  std::vector<std::string> recompute;
+  std::vector<int> zero;
+  std::vector<std::string> schedule;
+  bool sp = false, no_sp = false;
+  int top = 5;
+  bool json = false;
+};
+
+std::optional<int64_t> fixed(int64_t value) {
+  return value > 0 ? std::optional<int64_t>(value) : std::nullopt;
+}
+
+void run_plan(const PlanArgs& args) {
+  plan::TrainingSetup setup;
+  setup.model = plan::resolve_model(args.model);
+  setup.cluster = plan::resolve_cluster(args.cluster);
+  setup.devices = args.gpus > 0 ? args.gpus : args.nodes * setup.cluster.gpus_per_node;
+  setup.global_batch = args.global_batch;
+  setup.seq_len = args.seq > 0 ? args.seq : setup.model.max_seq_len;
+  setup.precision = plan::parse_precision(args.precision);
+  setup.fp32_gradients = args.fp32_grads;
+  setup.dropout = args.dropout;
+  setup.flash_attention = !args.materialized_attention;
+
+  plan::SearchConstraints constraints;
+  constraints.dp = fixed(args.dp);
+  constraints.tp = fixed(args.tp);
+  constraints.pp = fixed(args.pp);
+  constraints.virtual_stages = fixed(args.virtual_stages);
+  constraints.micro_batch = fixed(args.micro_batch);
+  constraints.max_pp = args.max_pp;
+  constraints.max_micro_batch = args.max_micro_batch;
+  constraints.top_k = args.top;
+  if (args.sp && args.no_sp) {
+    LATTICE_THROW(ConfigError, "--sp and --no-sp contradict each other ---> HINT: give one");
+  }
+  if (args.sp) constraints.sequence_parallel = true;
+  if (args.no_sp) constraints.sequence_parallel = false;
+  if (!args.recompute.empty()) {
+    constraints.recompute.clear();
+    for (const std::string& r : args.recompute) {
+      constraints.recompute.push_back(plan::parse_recompute(r));
+    }
+  }
+  if (!args.zero.empty()) constraints.zero_stages = args.zero;
+  if (!args.schedule.empty()) {
+    constraints.schedules.clear();
+    for (const std::string& s : args.schedule) {
+      constraints.schedules.push_back(plan::parse_schedule(s));
+    }
+  }
+
+  plan::PlanOutcome outcome;
+  outcome.setup = setup;
+  Stopwatch watch;
+  outcome.search = plan::search_layouts(setup, constraints);
+  outcome.search_seconds = watch.seconds();
+  if (!outcome.search.ranked.empty()) {
+    outcome.alternatives = plan::explain_alternatives(setup, outcome.search.ranked.front());
+  }
+
+  if (args.json) {
+    fmt::print("{}\n", plan::to_json(outcome).dump(2));
+  } else {
+    fmt::print("{}", plan::format_report(outcome));
+  }
+  if (outcome.search.ranked.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "no layout of {} on {} devices passes ---> HINT: the report above names "
+                  "why; relax the constraints or add devices",
+                  setup.model.name, setup.devices);
+  }
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Recommend a parallel layout and predict its memory and step time");
+  cmd->add_option("--model", args->model, "Model preset or config file (.toml, HF config.json)")
+      ->required();
+  cmd->add_option("--cluster", args->cluster,
+                  "Cluster preset (dgx-a100, dgx-h100) or profile JSON from `bench calibrate`")
+      ->capture_default_str();
+  cmd->add_option("--nodes", args->nodes, "Nodes")->capture_default_str();
+  cmd->add_option("--gpus", args->gpus, "Devices in all (overrides --nodes)");
+  cmd->add_option("--global-batch", args->global_batch, "Sequences per optimizer step")->required();
+  cmd->add_option("--seq", args->seq, "Sequence length (default: the model's)");
+  cmd->add_option("--precision", args->precision, "bf16 (mixed) or fp32")->capture_default_str();
+  cmd->add_flag("--fp32-grads", args->fp32_grads, "Accumulate gradients in fp32");
+  cmd->add_flag("--dropout", args->dropout, "Count dropout masks (Lattice's blocks have none)");
+  cmd->add_flag("--materialized-attention", args->materialized_attention,
+                "Attention stores the s×s scores (Lattice's kernel is flash-style)");
+  cmd->add_option("--dp", args->dp, "Fix data-parallel size");
+  cmd->add_option("--tp", args->tp, "Fix tensor-parallel size");
+  cmd->add_option("--pp", args->pp, "Fix pipeline-parallel size");
+  cmd->add_option("--virtual-stages", args->virtual_stages,
+                  "Fix model chunks per pipeline rank (interleaved schedule)");
+  cmd->add_option("--micro-batch", args->micro_batch, "Fix sequences per micro-batch");
+  cmd->add_option("--max-pp", args->max_pp, "Largest pipeline size to consider");
+  cmd->add_option("--max-micro-batch", args->max_micro_batch, "Largest micro-batch to consider")
+      ->capture_default_str();
+  cmd->add_option("--recompute", args->recompute, "Allowed recompute modes: none selective full");
+  cmd->add_option("--zero", args->zero, "Allowed ZeRO stages (0-3)");
+  cmd->add_option("--schedule", args->schedule,
+                  "Allowed pipeline schedules: 1f1b interleaved gpipe zb-h1");
+  cmd->add_flag("--sp", args->sp, "Require sequence parallelism");
+  cmd->add_flag("--no-sp", args->no_sp, "Forbid sequence parallelism");
+  cmd->add_option("--top", args->top, "How many layouts to list")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print JSON instead of the report");
+  cmd->callback([args] { run_plan(*args); });
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,67 @@
+#include "comm/comm_types.h"
+
+#include "core/error.h"
+
+namespace lattice {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  return op == ReduceOp::kSum ? "sum" : "max";
+}
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kBarrier:
+      return "barrier";
+    case Collective::kSend:
+      return "send";
+    case Collective::kRecv:
+      return "recv";
+  }
+  return "?";
+}
+
+std::string_view algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kHalvingDoubling:
+      return "hd";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kNative:
+      return "native";
+  }
+  return "?";
+}
+
+std::string_view transport_name(TransportKind kind) {
+  return kind == TransportKind::kThreads ? "threads" : "mpi";
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (int i = 0; i < kAlgorithmCount; ++i) {
+    if (algorithm_name(Algorithm(i)) == name) return Algorithm(i);
+  }
+  LATTICE_THROW(ValueError, "unknown algorithm '{}' ---> HINT: use auto, ring, hd, tree or native",
+                name);
+}
+
+TransportKind parse_transport(std::string_view name) {
+  if (name == "threads") return TransportKind::kThreads;
+  if (name == "mpi") return TransportKind::kMpi;
+  LATTICE_THROW(ValueError, "unknown transport '{}' ---> HINT: use threads or mpi", name);
+}
+
+}  // namespace lattice

@@ -1,0 +1,60 @@
+// Picks the algorithm for a kAuto call: the cheapest under the alpha-beta model (cost_model.h)
+// at the call's size, and keeps the runtime evidence that the model has gone stale.
+//
+// Every rank of a group must pick the same algorithm for the same call, so the tuner is a pure
+// function of (profile, group size, per-bucket scales); the scales only change through
+// Communicator::retune_if_slow(), which agrees on the evidence with an all-reduce first.
+// Sizes are bucketed by powers of two: a slow link at 4 MiB says little about 4 KiB.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "comm/cost_model.h"
+
+namespace lattice {
+
+class Tuner {
+ public:
+  // Calls per size bucket between two checks of predicted against measured time.
+  static constexpr int kWindow = 8;
+  // A window whose mean measured / predicted time exceeds this triggers a re-measure.
+  static constexpr double kSlowdownThreshold = 1.5;
+
+  Tuner(TransportKind transport, int group_size, CostProfile profile = {});
+
+  const std::vector<Algorithm>& candidates(Collective collective) const;
+  Algorithm choose(Collective collective, size_t bytes) const;
+  double predict(Collective collective, Algorithm algorithm, size_t bytes) const;  // seconds
+
+  // Records a tuned call; returns true when it closes its bucket's window (on every rank at the
+  // same call, since ranks make the same calls).
+  bool observe(Collective collective, Algorithm algorithm, size_t bytes, double seconds);
+  // Mean measured / predicted over the bucket's window; resets the window.
+  double take_window_slowdown(Collective collective, size_t bytes);
+  // After a re-measure: scales the algorithm's model in this bucket to match `seconds`.
+  void rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds);
+
+  void set_profile(CostProfile profile) { profile_ = std::move(profile); }
+
+ private:
+  struct Window {
+    int calls = 0;
+    double ratio_sum = 0;
+  };
+  static int bucket(size_t bytes);
+  double base_predict(Collective collective, Algorithm algorithm, size_t bytes) const;
+
+  TransportKind transport_;
+  int group_size_;
+  CostProfile profile_;
+  std::vector<Algorithm> candidates_;
+  std::vector<Algorithm> barrier_candidates_{Algorithm::kTree};
+  std::map<std::tuple<Collective, int, Algorithm>, double> scale_;  // (collective, bucket, algo)
+  std::map<std::pair<Collective, int>, Window> windows_;
+};
+
+}  // namespace lattice

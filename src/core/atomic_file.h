@@ -1,0 +1,39 @@
+// Replacing a file atomically: the bytes go to a temporary sibling, which is flushed to disk
+// and renamed over the target only on commit(). Readers see the old file or the complete new
+// one, never a partial write, so a crash mid-save loses nothing (DESIGN.md invariant 5).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+
+namespace lattice {
+
+class AtomicFileWriter {
+ public:
+  // Creates the temporary file next to `target` (same directory, so rename is atomic).
+  // Throws IoError if the directory does not exist or is not writable.
+  explicit AtomicFileWriter(std::filesystem::path target);
+  // Removes the temporary file if commit() was not reached (e.g. an exception mid-write).
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(std::span<const std::byte> bytes);
+  void write(const void* data, size_t size) {
+    write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
+  }
+  // fsync the data, rename over the target, fsync the directory so the rename is durable.
+  void commit();
+
+  const std::filesystem::path& target() const { return target_; }
+  const std::filesystem::path& temp_path() const { return temp_; }
+
+ private:
+  std::filesystem::path target_;
+  std::filesystem::path temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace lattice

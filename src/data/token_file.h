@@ -1,0 +1,45 @@
+// Token files in llm.c's layout (dev/data/data_common.py, write_datafile), so that files
+// prepared by llm.c's scripts load unchanged and ours load in llm.c:
+//
+//   header: 256 little-endian int32 = 1024 bytes: [0] magic 20240520, [1] version 1,
+//           [2] token count, the rest zero
+//   body:   token count little-endian uint16 tokens (so a vocabulary of at most 65536)
+//
+// The file is exactly 1024 + 2 * count bytes; anything else is reported as corruption.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+#include "core/mapped_file.h"
+
+namespace lattice {
+
+inline constexpr int32_t kTokenFileMagic = 20240520;
+inline constexpr int32_t kTokenFileVersion = 1;
+inline constexpr size_t kTokenFileHeaderInts = 256;
+inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
+inline constexpr int64_t kTokenFileMaxVocab = 65536;  // uint16 tokens
+
+// Writes `tokens` (each in [0, 65536), else ValueError naming the position) atomically.
+void write_token_file(const std::filesystem::path& path, std::span<const int32_t> tokens);
+
+// A token file mapped read-only, its header validated. Throws IoError naming the file and what
+// is wrong: truncated header, wrong magic, unsupported version, a token count larger than the
+// file holds, or bytes after the last token.
+class TokenFile {
+ public:
+  explicit TokenFile(std::filesystem::path path);
+
+  const std::filesystem::path& path() const { return file_.path(); }
+  int64_t size() const { return count_; }  // tokens
+  std::span<const uint16_t> tokens() const { return {tokens_, size_t(count_)}; }
+
+ private:
+  MappedFile file_;
+  const uint16_t* tokens_ = nullptr;
+  int64_t count_ = 0;
+};
+
+}  // namespace lattice

@@ -1,0 +1,145 @@
+// Softmax cross-entropy, one row of V logits at a time, never materialising probabilities:
+// log-sum-exp with the row maximum subtracted (no overflow for any finite logits), and the
+// backward recomputes exp(x - max) / sum in the same pass that writes the gradient.
+#include "kernels/cross_entropy.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernel_support.h"
+
+namespace lattice {
+
+using kernel::Elem;
+using kernel::exp_fast;
+using kernel::load;
+using kernel::max_lanes;
+using kernel::store_as;
+using kernel::sum_lanes;
+using kernel::visit_floats;
+
+namespace {
+
+// Logits per step of the backward's write loop, staged through a local buffer so that
+// dlogits may alias logits and the loop still vectorises.
+constexpr int64_t kChunk = 256;
+
+// logits (..., V); targets i32 with logits' leading dimensions. Returns V. Every target must
+// be a class index or ignore_index: checked before any parallel work starts.
+int64_t expect_logits_and_targets(const Tensor& logits, const Tensor& targets, int32_t ignore_index,
+                                  std::string_view op) {
+  expect_float_dtype(logits, op, "logits");
+  expect_dtype(targets, DType::kI32, op, "targets");
+  if (logits.rank() < 2) {
+    LATTICE_THROW(ShapeError, "{}: 'logits' has shape {}, expected (N, V)", op,
+                  logits.shape().to_string());
+  }
+  std::vector<int64_t> leading(logits.shape().dims().begin(), logits.shape().dims().end() - 1);
+  expect_shape(targets, Shape(leading), op, "targets");
+  const int64_t vocab = logits.dim(-1);
+  const int32_t* t = targets.data<int32_t>();
+  for (int64_t n = 0; n < targets.numel(); ++n) {
+    if (t[n] == ignore_index) continue;
+    if (t[n] < 0 || t[n] >= vocab) {
+      LATTICE_THROW(ValueError,
+                    "{}: targets[{}] = {} is outside [0, {}) and is not the ignore index {} "
+                    "---> HINT: check the tokenizer's vocabulary size against the model's V",
+                    op, n, t[n], vocab, ignore_index);
+    }
+  }
+  return vocab;
+}
+
+struct RowStats {
+  float max;
+  float sum;  // Σ exp(x - max) ≥ 1
+};
+
+template <class T>
+RowStats row_stats(const T* x, int64_t vocab) {
+  const float m = max_lanes(vocab, [&](int64_t v) { return load(x[v]); });
+  const float s = sum_lanes(vocab, [&](int64_t v) { return exp_fast(load(x[v]) - m); });
+  return {m, s};
+}
+
+// dr = (exp(x - max) / sum - onehot(target)) · scale for one row. Values are staged through a
+// local buffer so dr may alias xr; every operand is a local so the select vectorises.
+template <class D, class X>
+void write_row_gradient(D* dr, const X* xr, int64_t vocab, int64_t target, RowStats st,
+                        float scale) {
+  const float k = scale / st.sum;
+  const float max = st.max;
+  for (int64_t v0 = 0; v0 < vocab; v0 += kChunk) {
+    const int64_t count = std::min(kChunk, vocab - v0);
+    float staged[kChunk];
+    for (int64_t i = 0; i < count; ++i) staged[i] = load(xr[v0 + i]);
+    const int64_t local_target = target - v0;
+    for (int64_t i = 0; i < count; ++i) {
+      const float onehot = i == local_target ? scale : 0.0f;
+      dr[v0 + i] = store_as<D>(exp_fast(staged[i] - max) * k - onehot);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets,
+                              int32_t ignore_index) {
+  constexpr std::string_view kOp = "cross_entropy_forward";
+  const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
+  expect_dtype(losses, DType::kF32, kOp, "losses");
+  expect_shape(losses, targets.shape(), kOp, "losses");
+  const int64_t rows = targets.numel();
+  const int32_t* t = targets.data<int32_t>();
+  float* loss = losses.data<float>();
+  visit_floats(
+      [&](auto* x) {
+        LATTICE_PARALLEL_FOR(rows * vocab)
+        for (int64_t n = 0; n < rows; ++n) {
+          if (t[n] == ignore_index) {
+            loss[n] = 0.0f;
+            continue;
+          }
+          const auto* xr = x + n * vocab;
+          const RowStats st = row_stats(xr, vocab);
+          // -log softmax[target] = log Σ exp(x - max) + max - x[target]
+          loss[n] = std::log(st.sum) + (st.max - load(xr[t[n]]));
+        }
+      },
+      logits);
+  int64_t counted = 0;
+  for (int64_t n = 0; n < rows; ++n) counted += t[n] != ignore_index;
+  return counted;
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                            float scale, int32_t ignore_index) {
+  constexpr std::string_view kOp = "cross_entropy_backward";
+  const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
+  expect_float_dtype(dlogits, kOp, "dlogits");
+  expect_same_shape(dlogits, logits, kOp, "dlogits", "logits");
+  if (dlogits.raw_data() == logits.raw_data() && dlogits.dtype() != logits.dtype()) {
+    LATTICE_THROW(ValueError, "{}: 'dlogits' aliases 'logits' but has dtype {} instead of {}", kOp,
+                  dtype_name(dlogits.dtype()), dtype_name(logits.dtype()));
+  }
+  const int64_t rows = targets.numel();
+  const int32_t* t = targets.data<int32_t>();
+  visit_floats(
+      [&](auto* d, auto* x) {
+        using D = Elem<decltype(d)>;
+        LATTICE_PARALLEL_FOR(rows * vocab)
+        for (int64_t n = 0; n < rows; ++n) {
+          D* dr = d + n * vocab;
+          const auto* xr = x + n * vocab;
+          if (t[n] == ignore_index) {
+            for (int64_t v = 0; v < vocab; ++v) dr[v] = store_as<D>(0.0f);
+            continue;
+          }
+          const RowStats st = row_stats(xr, vocab);
+          write_row_gradient(dr, xr, vocab, t[n], st, scale);
+        }
+      },
+      dlogits, logits);
+}
+
+}  // namespace lattice

@@ -1,0 +1,139 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace {
+
+ModelConfig gpt2(std::string name, int64_t n_layer, int64_t n_head, int64_t d_model, int64_t vocab,
+                 int64_t seq_len) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.family = ModelFamily::kGpt2;
+  c.vocab_size = vocab;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_kv_head = n_head;
+  c.d_model = d_model;
+  c.d_ff = 4 * d_model;
+  c.seq_len = seq_len;
+  return c;
+}
+
+ModelConfig llama(std::string name, int64_t n_layer, int64_t n_head, int64_t n_kv_head,
+                  int64_t d_model, int64_t d_ff, int64_t vocab, int64_t seq_len) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.family = ModelFamily::kLlama;
+  c.vocab_size = vocab;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_kv_head = n_kv_head;
+  c.d_model = d_model;
+  c.d_ff = d_ff;
+  c.seq_len = seq_len;
+  c.norm = NormKind::kRmsNorm;
+  c.norm_eps = 1e-5f;
+  c.position = PositionKind::kRope;
+  c.mlp = MlpKind::kSwiglu;
+  c.bias = false;
+  c.tied_embeddings = false;
+  return c;
+}
+
+template <class Enum>
+Enum parse_choice(std::string_view text, std::string_view what,
+                  std::initializer_list<std::pair<std::string_view, Enum>> choices) {
+  std::string valid;
+  for (const auto& [name, value] : choices) {
+    if (name == text) return value;
+    valid += valid.empty() ? std::string(name) : ", " + std::string(name);
+  }
+  LATTICE_THROW(ConfigError, "model.{} = '{}' is not valid ---> HINT: use one of {}", what, text,
+                valid);
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto positive = [](int64_t v, std::string_view field) {
+    if (v <= 0) LATTICE_THROW(ConfigError, "model.{} = {} must be positive", field, v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(n_layer, "n_layer");
+  positive(n_head, "n_head");
+  positive(n_kv_head, "n_kv_head");
+  positive(d_model, "d_model");
+  positive(d_ff, "d_ff");
+  positive(seq_len, "seq_len");
+  if (d_model % n_head != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model.d_model = {} is not divisible by model.n_head = {} ---> HINT: the head "
+                  "size is d_model / n_head; pick n_head dividing d_model",
+                  d_model, n_head);
+  }
+  if (n_head % n_kv_head != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model.n_head = {} is not a multiple of model.n_kv_head = {} ---> HINT: each kv "
+                  "head serves n_head / n_kv_head query heads",
+                  n_head, n_kv_head);
+  }
+  if (position == PositionKind::kRope && head_size() % 2 != 0) {
+    LATTICE_THROW(ConfigError, "rotary positions need an even head size, got {}", head_size());
+  }
+  if (vocab_size > 65536) {
+    LATTICE_THROW(ConfigError,
+                  "model.vocab_size = {} exceeds 65536, the limit of uint16 token files",
+                  vocab_size);
+  }
+}
+
+ModelConfig model_preset(std::string_view name) {
+  if (name == "gpt2-124m") return gpt2("gpt2-124m", 12, 12, 768, 50257, 1024);
+  if (name == "gpt2-tiny") {
+    ModelConfig c = gpt2("gpt2-tiny", 2, 4, 64, 256, 64);
+    return c;
+  }
+  if (name == "shakespeare-char") return gpt2("shakespeare-char", 4, 4, 128, 256, 64);
+  if (name == "llama-tiny") return llama("llama-tiny", 2, 4, 2, 64, 176, 256, 64);
+  std::string valid;
+  for (const auto& n : model_preset_names()) valid += valid.empty() ? n : ", " + n;
+  LATTICE_THROW(ConfigError, "unknown model preset '{}' ---> HINT: use one of {}", name, valid);
+}
+
+std::vector<std::string> model_preset_names() {
+  return {"gpt2-124m", "gpt2-tiny", "llama-tiny", "shakespeare-char"};
+}
+
+std::string_view family_name(ModelFamily family) {
+  return family == ModelFamily::kGpt2 ? "gpt2" : "llama";
+}
+std::string_view norm_name(NormKind kind) {
+  return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
+}
+std::string_view position_name(PositionKind kind) {
+  return kind == PositionKind::kLearned ? "learned" : "rope";
+}
+std::string_view mlp_name(MlpKind kind) {
+  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
+}
+
+ModelFamily parse_family(std::string_view text) {
+  return parse_choice<ModelFamily>(text, "family",
+                                   {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}});
+}
+NormKind parse_norm(std::string_view text) {
+  return parse_choice<NormKind>(
+      text, "norm", {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
+}
+PositionKind parse_position(std::string_view text) {
+  return parse_choice<PositionKind>(
+      text, "position", {{"learned", PositionKind::kLearned}, {"rope", PositionKind::kRope}});
+}
+MlpKind parse_mlp(std::string_view text) {
+  return parse_choice<MlpKind>(text, "mlp",
+                               {{"gelu", MlpKind::kGelu}, {"swiglu", MlpKind::kSwiglu}});
+}
+
+}  // namespace lattice

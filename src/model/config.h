@@ -1,0 +1,54 @@
+// The transformer's configuration: one architecture whose switches span the GPT-2 and Llama
+// families, plus the named presets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lattice {
+
+enum class ModelFamily { kGpt2, kLlama };  // decides parameter names (Hugging Face conventions)
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class PositionKind { kLearned, kRope };
+enum class MlpKind { kGelu, kSwiglu };
+
+struct ModelConfig {
+  std::string name = "custom";
+  ModelFamily family = ModelFamily::kGpt2;
+  int64_t vocab_size = 256;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;  // grouped-query attention when < n_head
+  int64_t d_model = 64;
+  int64_t d_ff = 256;
+  int64_t seq_len = 64;  // maximum context (rows of the learned position table)
+  NormKind norm = NormKind::kLayerNorm;
+  float norm_eps = 1e-5f;
+  PositionKind position = PositionKind::kLearned;
+  float rope_theta = 10000.0f;
+  MlpKind mlp = MlpKind::kGelu;
+  bool bias = true;
+  bool tied_embeddings = true;
+  float init_std = 0.02f;
+
+  int64_t head_size() const { return d_model / n_head; }
+  int64_t kv_width() const { return n_kv_head * head_size(); }
+  // Throws ConfigError naming the field and the fix when the switches are inconsistent.
+  void validate() const;
+};
+
+ModelConfig model_preset(std::string_view name);  // throws ConfigError listing the presets
+std::vector<std::string> model_preset_names();
+
+std::string_view family_name(ModelFamily family);
+std::string_view norm_name(NormKind kind);
+std::string_view position_name(PositionKind kind);
+std::string_view mlp_name(MlpKind kind);
+ModelFamily parse_family(std::string_view text);
+NormKind parse_norm(std::string_view text);
+PositionKind parse_position(std::string_view text);
+MlpKind parse_mlp(std::string_view text);
+
+}  // namespace lattice

@@ -1,0 +1,63 @@
+// The transformer, forward and backward on one rank, llm.c style: the activations of one
+// micro-batch live in buffers allocated once; forward() fills them, backward() walks them in
+// reverse and accumulates parameter gradients (+=) into the store.
+//
+// Mixed precision (compute dtype bf16): matmul operands (normalised activations, q/k/v, the MLP
+// hidden state, the weights' compute copy) are bf16; the residual stream, norm statistics,
+// logits, losses and every parameter gradient are f32. With compute dtype f32 all is f32.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace lattice {
+
+struct ForwardResult {
+  double loss_sum = 0.0;    // sum of token losses of the micro-batch
+  int64_t token_count = 0;  // targets that count (not ignored)
+};
+
+class Transformer {
+ public:
+  Transformer(ModelConfig config, Arena& arena, DType compute_dtype);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterRegistry& registry() const { return registry_; }
+  ParameterStore& parameters() { return store_; }
+  DType compute_dtype() const { return compute_dtype_; }
+
+  void initialize(uint64_t seed) { store_.initialize(config_, seed); }
+
+  // tokens, targets: i32 (B, T), T <= seq_len. targets may be undefined (inference: logits only).
+  ForwardResult forward(const Tensor& tokens, const Tensor& targets);
+  // Logits of the last forward: f32 (B·T, V).
+  const Tensor& logits() const;
+  // Gradients of loss = Σ token losses · loss_scale, accumulated into parameters().grads().
+  // Requires the last forward to have had targets.
+  void backward(float loss_scale);
+
+ private:
+  struct Layer;
+  struct Activations;
+  void ensure_activations(int64_t B, int64_t T);
+
+  ModelConfig config_;
+  Arena& arena_;
+  DType compute_dtype_;
+  ParameterRegistry registry_;
+  ParameterStore store_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<Activations> acts_;
+  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
+  bool have_targets_ = false;
+};
+
+}  // namespace lattice

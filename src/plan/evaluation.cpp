@@ -1,0 +1,140 @@
+#include "plan/evaluation.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+#include <vector>
+
+namespace lattice::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+Rejection reject(RejectReason reason, std::string message) {
+  return {reason, std::move(message)};
+}
+
+std::string memory_message(const MemoryBreakdown& mem, const Layout& layout) {
+  const std::vector<std::pair<const char*, double>> parts = {
+      {"parameters", mem.parameters},
+      {"gradients", mem.gradients},
+      {"optimizer states", mem.optimizer_states},
+      {"activations", mem.activations + mem.recompute_working + mem.embedding_activations},
+      {"logits", mem.logits},
+      {"buffers", mem.communication_buffers + mem.zero3_gathered},
+  };
+  auto largest = parts.front();
+  for (const auto& part : parts) {
+    if (part.second > largest.second) largest = part;
+  }
+  std::string fix;
+  if (std::string_view(largest.first) == "activations") {
+    fix = layout.recompute != Recompute::kFull ? "recompute, sequence parallelism, a smaller "
+                                                 "micro-batch or more tp"
+                                               : "a smaller micro-batch, more tp or more pp";
+  } else if (std::string_view(largest.first) == "logits") {
+    fix = "a smaller micro-batch or more tp";
+  } else {
+    fix = layout.zero < 3 && layout.dp > 1 ? "a higher ZeRO stage, more tp or more pp"
+                                           : "more tp or more pp";
+  }
+  return fmt::format(
+      "needs {:.1f} GiB per rank on pipeline stage {} but the device offers "
+      "{:.1f} GiB; the largest part is {} ({:.1f} GiB) ---> HINT: {}",
+      mem.total / kGiB, mem.stage, mem.capacity / kGiB, largest.first, largest.second / kGiB, fix);
+}
+
+}  // namespace
+
+std::string_view reject_reason_name(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kDeviceCount:
+      return "device count";
+    case RejectReason::kDivisibility:
+      return "divisibility";
+    case RejectReason::kBatch:
+      return "batch";
+    case RejectReason::kSchedule:
+      return "schedule";
+    case RejectReason::kMemory:
+      return "memory";
+  }
+  return "?";
+}
+
+std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& l) {
+  const ModelSpec& model = setup.model;
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.virtual_stages < 1 || l.micro_batch < 1 || l.zero < 0 ||
+      l.zero > 3) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("{}: every size must be at least 1 and zero in 0..3", describe(l)));
+  }
+  if (l.devices() != setup.devices) {
+    return reject(RejectReason::kDeviceCount,
+                  fmt::format("dp {} × tp {} × pp {} = {} ranks but there are {} devices ---> "
+                              "HINT: choose sizes whose product is {}",
+                              l.dp, l.tp, l.pp, l.devices(), setup.devices, setup.devices));
+  }
+  auto divides = [](int64_t d, int64_t n) { return n % d == 0; };
+  if (!divides(l.tp, model.n_heads) || !divides(l.tp, model.n_kv_heads)) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("tp {} does not divide the {} query heads and {} key/value heads "
+                              "---> HINT: use a tp dividing {}",
+                              l.tp, model.n_heads, model.n_kv_heads, model.n_kv_heads));
+  }
+  if (!divides(l.tp, model.d_ff)) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("tp {} does not divide d_ff {}", l.tp, model.d_ff));
+  }
+  if (l.sequence_parallel && !divides(l.tp, setup.seq_len)) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("sequence parallelism splits the sequence of {} over tp {}, which "
+                              "does not divide it",
+                              setup.seq_len, l.tp));
+  }
+  if (!divides(l.pp * l.virtual_stages, model.n_layers)) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("pp {} × v {} does not divide the {} layers ---> HINT: choose "
+                              "stages dividing {}",
+                              l.pp, l.virtual_stages, model.n_layers, model.n_layers));
+  }
+  if (!divides(l.dp * l.micro_batch, setup.global_batch)) {
+    return reject(RejectReason::kBatch,
+                  fmt::format("global batch {} is not a multiple of dp {} × micro-batch {} ---> "
+                              "HINT: use a global batch divisible by {}",
+                              setup.global_batch, l.dp, l.micro_batch, l.dp * l.micro_batch));
+  }
+  const int64_t m = micro_batches(l, setup.global_batch);
+  if (l.schedule == Schedule::kInterleaved) {
+    if (l.pp < 2 || l.virtual_stages < 2) {
+      return reject(RejectReason::kSchedule,
+                    "the interleaved schedule needs pp ≥ 2 and v ≥ 2 ---> HINT: use 1f1b or set "
+                    "--virtual-stages");
+    }
+    if (m % l.pp != 0) {
+      return reject(RejectReason::kSchedule,
+                    fmt::format("the interleaved schedule needs the {} micro-batches to be a "
+                                "multiple of pp {}",
+                                m, l.pp));
+    }
+  } else if (l.virtual_stages != 1) {
+    return reject(RejectReason::kSchedule,
+                  fmt::format("v = {} model chunks per rank needs the interleaved schedule",
+                              l.virtual_stages));
+  }
+  return std::nullopt;
+}
+
+Evaluation evaluate(const TrainingSetup& setup, const Layout& layout) {
+  Evaluation e;
+  e.layout = layout;
+  e.rejection = check_layout(setup, layout);
+  if (e.rejection) return e;
+  e.memory = estimate_memory(setup, layout);
+  e.time = estimate_time(setup, layout);
+  if (!e.memory.fits())
+    e.rejection = reject(RejectReason::kMemory, memory_message(e.memory, layout));
+  return e;
+}
+
+}  // namespace lattice::plan

@@ -1,0 +1,54 @@
+// Predicted memory of one rank: every component, on the most loaded pipeline stage.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/layout.h"
+#include "plan/training_setup.h"
+
+namespace lattice::plan {
+
+struct MemoryBreakdown {
+  int64_t stage = 0;                 // the pipeline rank these figures are for
+  double parameter_count = 0;        // parameters this rank's tensor-parallel shard owns
+  double parameters = 0;             // bytes; ÷dp under ZeRO-3
+  double gradients = 0;              // ÷dp under ZeRO-2 and 3
+  double optimizer_states = 0;       // ÷dp under ZeRO-1, 2 and 3
+  double activations = 0;            // layers × micro-batches in flight (pipeline_theory.h)
+  double recompute_working = 0;      // one layer rebuilt during its backward (full recompute)
+  double embedding_activations = 0;  // token ids (+ dropout mask) per micro-batch in flight
+  double logits = 0;                 // f32 logits (overwritten by their gradient) + final norm
+  double communication_buffers = 0;  // gradient buckets, tp staging, pipeline send/recv
+  double zero3_gathered = 0;         // two layers' gathered parameters (current + prefetch)
+  double fragmentation = 0;          // allowance on the dynamically allocated bytes
+  double total = 0;
+  double capacity = 0;  // usable bytes of one device
+
+  bool fits() const { return total <= capacity; }
+};
+
+// Model states of `parameters` parameters under ZeRO stage `zero` over `dp` ranks (Rajbhandari
+// et al. 2019): parameters ÷dp from stage 3, gradients from stage 2, optimizer states from 1.
+// Mixed precision (2 + 2 + 12 bytes): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
+struct ModelStateBytes {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer_states = 0;
+  double total() const { return parameters + gradients + optimizer_states; }
+};
+ModelStateBytes model_state_bytes(double parameters, int64_t dp, int zero, const StateBytes& bytes);
+
+// Preconditions: the layout passed check_layout (evaluation.h).
+MemoryBreakdown estimate_memory(const TrainingSetup& setup, const Layout& layout);
+// The same figures for one given pipeline rank.
+MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& layout,
+                                      int64_t stage);
+
+// Parameters pipeline rank `stage` holds in one tensor-parallel shard (before ZeRO): its
+// layers, the token (and position) embedding on the first stage, the final norm and the output
+// projection on the last (with tied embeddings and p > 1 the last stage keeps its own copy of
+// the word embedding, as Megatron does). Column/row-parallel weights and the vocabulary divide
+// by t; norms and row-parallel biases do not.
+double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage);
+
+}  // namespace lattice::plan

@@ -1,0 +1,80 @@
+#include "plan/model_spec.h"
+
+#include "core/error.h"
+
+namespace lattice::plan {
+
+void validate(const ModelSpec& spec) {
+  auto positive = [&](int64_t value, std::string_view field) {
+    if (value <= 0) {
+      LATTICE_THROW(ConfigError,
+                    "model '{}': {} must be positive, got {} ---> HINT: set {} in "
+                    "the model config",
+                    spec.name, field, value, field);
+    }
+  };
+  positive(spec.n_layers, "n_layers");
+  positive(spec.n_heads, "n_heads");
+  positive(spec.n_kv_heads, "n_kv_heads");
+  positive(spec.d_model, "d_model");
+  positive(spec.d_ff, "d_ff");
+  positive(spec.vocab_size, "vocab_size");
+  positive(spec.max_seq_len, "max_seq_len");
+  if (spec.d_model % spec.n_heads != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': d_model {} is not divisible by n_heads {} ---> HINT: "
+                  "choose n_heads dividing d_model",
+                  spec.name, spec.d_model, spec.n_heads);
+  }
+  if (spec.n_heads % spec.n_kv_heads != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': n_heads {} is not a multiple of n_kv_heads {} "
+                  "---> HINT: grouped-query attention needs n_kv_heads dividing n_heads",
+                  spec.name, spec.n_heads, spec.n_kv_heads);
+  }
+  if (spec.padded_vocab_size < spec.vocab_size) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': padded_vocab_size {} is smaller than vocab_size {} "
+                  "---> HINT: omit it to use vocab_size",
+                  spec.name, spec.padded_vocab_size, spec.vocab_size);
+  }
+}
+
+ParameterCounts count_parameters(const ModelSpec& spec, bool use_padded_vocab) {
+  const int64_t h = spec.d_model, ffn = spec.d_ff, kv = spec.kv_dim();
+  const int64_t vocab = use_padded_vocab ? spec.padded_vocab_size : spec.vocab_size;
+  const int64_t norm = spec.norm == NormKind::kLayerNorm ? 2 * h : h;  // weight (+ bias)
+
+  ParameterCounts counts;
+  // Attention: fused QKV (h → h + 2·kv), output projection (h → h).
+  int64_t attention = h * (h + 2 * kv) + h * h;
+  // MLP: up (h → ffn, twice for SwiGLU's gate), down (ffn → h).
+  int64_t mlp = (spec.mlp == MlpKind::kSwiglu ? 3 : 2) * h * ffn;
+  int64_t replicated = 2 * norm;
+  if (spec.biases) {
+    attention += (h + 2 * kv) + h;
+    mlp += ffn + h;
+    replicated += 2 * h;  // row-parallel output biases are added after the all-reduce
+  }
+  counts.per_layer = attention + mlp + 2 * norm;
+  counts.per_layer_replicated = replicated;
+  counts.embedding =
+      vocab * h + (spec.position == PositionKind::kLearned ? spec.max_seq_len * h : 0);
+  counts.output = spec.tied_embeddings ? 0 : vocab * h;
+  counts.final_norm = norm;
+  counts.total =
+      spec.n_layers * counts.per_layer + counts.embedding + counts.output + counts.final_norm;
+  return counts;
+}
+
+std::string_view norm_name(NormKind kind) {
+  return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
+}
+std::string_view position_name(PositionKind kind) {
+  return kind == PositionKind::kLearned ? "learned" : "rope";
+}
+std::string_view mlp_name(MlpKind kind) {
+  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
+}
+
+}  // namespace lattice::plan

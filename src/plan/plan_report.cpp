@@ -1,0 +1,221 @@
+#include "plan/plan_report.h"
+
+#include <fmt/format.h>
+
+#include "plan/model_spec.h"
+
+namespace lattice::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double bytes) {
+  return fmt::format("{:8.2f} GiB", bytes / kGiB);
+}
+std::string secs(double s) {
+  return s >= 1.0 ? fmt::format("{:9.3f} s ", s) : fmt::format("{:9.2f} ms", s * 1e3);
+}
+
+std::string one_line(const Evaluation& e) {
+  return fmt::format("step {}  {:>10.0f} tokens/s  MFU {:5.1f}%  memory {}", secs(e.time.step),
+                     e.time.tokens_per_second, e.time.mfu * 100.0, gib(e.memory.total));
+}
+
+}  // namespace
+
+std::string format_memory(const MemoryBreakdown& m) {
+  std::string out = fmt::format("  memory per rank (pipeline stage {}): {} of {} usable\n", m.stage,
+                                gib(m.total), gib(m.capacity));
+  auto row = [&](const char* name, double bytes, std::string note = {}) {
+    out += fmt::format("    {:<24}{}{}\n", name, gib(bytes), note.empty() ? "" : "  " + note);
+  };
+  row("parameters", m.parameters,
+      fmt::format("({:.1f} M on this tp shard)", m.parameter_count / 1e6));
+  row("gradients", m.gradients);
+  row("optimizer states", m.optimizer_states);
+  row("activations", m.activations);
+  if (m.recompute_working > 0) row("recompute working set", m.recompute_working);
+  row("embedding inputs", m.embedding_activations);
+  row("logits and loss", m.logits);
+  row("communication buffers", m.communication_buffers);
+  if (m.zero3_gathered > 0) row("zero-3 gathered layers", m.zero3_gathered);
+  row("fragmentation allowance", m.fragmentation);
+  return out;
+}
+
+std::string format_time(const TimeBreakdown& t) {
+  std::string out = fmt::format("  time per step: {}  {:.0f} tokens/s  MFU {:.1f}%  HFU {:.1f}%\n",
+                                secs(t.step), t.tokens_per_second, t.mfu * 100.0, t.hfu * 100.0);
+  auto row = [&](const char* name, double s, std::string note = {}) {
+    out += fmt::format("    {:<24}{}{}\n", name, secs(s), note.empty() ? "" : "  " + note);
+  };
+  row("forward", t.forward);
+  row("backward", t.backward);
+  row("recompute", t.recompute);
+  row("tp collectives", t.tp_communication, std::string(transport_name(t.tp_link)));
+  row("pipeline sends", t.pp_communication, std::string(transport_name(t.pp_link)));
+  row("pipeline bubble", t.bubble, fmt::format("{:.1f}% of compute", t.bubble_ratio * 100.0));
+  row("dp traffic (exposed)", t.dp_communication,
+      fmt::format("of {} total, {}", secs(t.dp_communication_total), transport_name(t.dp_link)));
+  row("optimizer step", t.optimizer);
+  return out;
+}
+
+std::string format_report(const PlanOutcome& o) {
+  const TrainingSetup& s = o.setup;
+  std::string out = fmt::format(
+      "model {} ({:.2f} B parameters, {} layers, h {}), cluster {} ({} devices of {}, {} per "
+      "node)\nglobal batch {} sequences × {} tokens, {}\n",
+      s.model.name, double(count_parameters(s.model).total) / 1e9, s.model.n_layers,
+      s.model.d_model, s.cluster.name, s.devices, s.cluster.device.name, s.cluster.gpus_per_node,
+      s.global_batch, s.seq_len, precision_name(s.precision));
+  const SearchResult& r = o.search;
+  out += fmt::format("evaluated {} layouts in {:.3f} s: {} fit", r.evaluated, o.search_seconds,
+                     r.feasible);
+  for (RejectReason reason :
+       {RejectReason::kDeviceCount, RejectReason::kDivisibility, RejectReason::kBatch,
+        RejectReason::kSchedule, RejectReason::kMemory}) {
+    if (int64_t n = r.rejected[size_t(reason)]) {
+      out += fmt::format(", {} rejected for {}", n, reject_reason_name(reason));
+    }
+  }
+  out += "\n\n";
+  if (r.ranked.empty()) {
+    out += "no layout fits.\n";
+    if (r.closest_to_fitting) {
+      out += fmt::format("closest: {}\n  {}\n", describe(r.closest_to_fitting->layout),
+                         r.closest_to_fitting->rejection->message);
+      out += format_memory(r.closest_to_fitting->memory);
+    } else if (r.first_rejected) {
+      out += fmt::format("{}: rejected for {}: {}\n", describe(r.first_rejected->layout),
+                         reject_reason_name(r.first_rejected->rejection->reason),
+                         r.first_rejected->rejection->message);
+    }
+    return out;
+  }
+  const Evaluation& best = r.ranked.front();
+  out += fmt::format("recommended: {}\n", describe(best.layout));
+  out += format_memory(best.memory);
+  out += format_time(best.time);
+  if (r.ranked.size() > 1) {
+    out += "\nnext best:\n";
+    for (size_t i = 1; i < r.ranked.size(); ++i) {
+      out += fmt::format("  #{} {}\n     {}\n", i + 1, describe(r.ranked[i].layout),
+                         one_line(r.ranked[i]));
+    }
+  }
+  if (!o.alternatives.empty()) {
+    out += "\nwhy not:\n";
+    for (const Alternative& a : o.alternatives) {
+      out += fmt::format("  {:<24}{}\n", a.change, a.verdict);
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const Layout& l) {
+  return {{"dp", l.dp},
+          {"tp", l.tp},
+          {"pp", l.pp},
+          {"virtual_stages", l.virtual_stages},
+          {"zero", l.zero},
+          {"micro_batch", l.micro_batch},
+          {"recompute", recompute_name(l.recompute)},
+          {"sequence_parallel", l.sequence_parallel},
+          {"schedule", schedule_name(l.schedule)}};
+}
+
+nlohmann::json to_json(const MemoryBreakdown& m) {
+  return {{"stage", m.stage},
+          {"parameter_count", m.parameter_count},
+          {"parameters_bytes", m.parameters},
+          {"gradients_bytes", m.gradients},
+          {"optimizer_states_bytes", m.optimizer_states},
+          {"activations_bytes", m.activations},
+          {"recompute_working_bytes", m.recompute_working},
+          {"embedding_activations_bytes", m.embedding_activations},
+          {"logits_bytes", m.logits},
+          {"communication_buffers_bytes", m.communication_buffers},
+          {"zero3_gathered_bytes", m.zero3_gathered},
+          {"fragmentation_bytes", m.fragmentation},
+          {"total_bytes", m.total},
+          {"capacity_bytes", m.capacity}};
+}
+
+nlohmann::json to_json(const TimeBreakdown& t) {
+  return {{"step_s", t.step},
+          {"forward_s", t.forward},
+          {"backward_s", t.backward},
+          {"recompute_s", t.recompute},
+          {"tp_communication_s", t.tp_communication},
+          {"pp_communication_s", t.pp_communication},
+          {"bubble_s", t.bubble},
+          {"bubble_ratio", t.bubble_ratio},
+          {"dp_communication_exposed_s", t.dp_communication},
+          {"dp_communication_total_s", t.dp_communication_total},
+          {"optimizer_s", t.optimizer},
+          {"tp_link", transport_name(t.tp_link)},
+          {"dp_link", transport_name(t.dp_link)},
+          {"pp_link", transport_name(t.pp_link)},
+          {"model_flops", t.model_flops},
+          {"hardware_flops", t.hardware_flops},
+          {"mfu", t.mfu},
+          {"hfu", t.hfu},
+          {"tokens_per_second", t.tokens_per_second}};
+}
+
+nlohmann::json to_json(const Evaluation& e) {
+  nlohmann::json j = {{"layout", to_json(e.layout)}, {"feasible", e.feasible()}};
+  if (e.rejection) {
+    j["rejection"] = {{"reason", reject_reason_name(e.rejection->reason)},
+                      {"message", e.rejection->message}};
+  }
+  if (!e.rejection || e.rejection->reason == RejectReason::kMemory) {
+    j["memory"] = to_json(e.memory);
+    j["time"] = to_json(e.time);
+  }
+  return j;
+}
+
+nlohmann::json to_json(const PlanOutcome& o) {
+  const TrainingSetup& s = o.setup;
+  nlohmann::json rejected = nlohmann::json::object();
+  for (RejectReason reason :
+       {RejectReason::kDeviceCount, RejectReason::kDivisibility, RejectReason::kBatch,
+        RejectReason::kSchedule, RejectReason::kMemory}) {
+    rejected[std::string(reject_reason_name(reason))] = o.search.rejected[size_t(reason)];
+  }
+  nlohmann::json ranked = nlohmann::json::array();
+  for (const Evaluation& e : o.search.ranked) ranked.push_back(to_json(e));
+  nlohmann::json alternatives = nlohmann::json::array();
+  for (const Alternative& a : o.alternatives) {
+    alternatives.push_back({{"change", a.change},
+                            {"verdict", a.verdict},
+                            {"slowdown", a.slowdown},
+                            {"evaluation", to_json(a.evaluation)}});
+  }
+  nlohmann::json j = {
+      {"model", {{"name", s.model.name}, {"parameters", count_parameters(s.model).total}}},
+      {"cluster",
+       {{"name", s.cluster.name},
+        {"devices", s.devices},
+        {"gpus_per_node", s.cluster.gpus_per_node}}},
+      {"global_batch", s.global_batch},
+      {"seq_len", s.seq_len},
+      {"precision", precision_name(s.precision)},
+      {"search",
+       {{"evaluated", o.search.evaluated},
+        {"feasible", o.search.feasible},
+        {"rejected", rejected},
+        {"seconds", o.search_seconds}}},
+      {"ranked", ranked},
+      {"alternatives", alternatives},
+  };
+  if (o.search.closest_to_fitting) j["closest_to_fitting"] = to_json(*o.search.closest_to_fitting);
+  if (o.search.ranked.empty() && o.search.first_rejected) {
+    j["first_rejected"] = to_json(*o.search.first_rejected);
+  }
+  return j;
+}
+
+}  // namespace lattice::plan

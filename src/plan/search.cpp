@@ -1,0 +1,168 @@
+#include "plan/search.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lattice::plan {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<int64_t> choices(const std::optional<int64_t>& fixed, std::vector<int64_t> all) {
+  if (fixed) return {*fixed};
+  return all;
+}
+
+// Faster first; among equals the one that moves fewer bytes (no ZeRO-3 when its gathers hide
+// completely), then the one with less memory.
+bool better(const Evaluation& a, const Evaluation& b) {
+  if (a.time.tokens_per_second != b.time.tokens_per_second) {
+    return a.time.tokens_per_second > b.time.tokens_per_second;
+  }
+  auto traffic = [](const TimeBreakdown& t) {
+    return t.dp_communication_total + t.tp_communication + t.pp_communication;
+  };
+  if (traffic(a.time) != traffic(b.time)) return traffic(a.time) < traffic(b.time);
+  return a.memory.total < b.memory.total;
+}
+
+class Ranking {
+ public:
+  Ranking(const TrainingSetup& setup, const SearchConstraints& constraints, SearchResult& result)
+      : setup_(setup), constraints_(constraints), result_(result) {}
+
+  void judge(const Layout& layout) {
+    ++result_.evaluated;
+    Evaluation e = evaluate(setup_, layout);
+    if (!e.feasible()) {
+      ++result_.rejected[size_t(e.rejection->reason)];
+      if (!result_.first_rejected) result_.first_rejected = e;
+      if (e.rejection->reason == RejectReason::kMemory &&
+          (!result_.closest_to_fitting ||
+           e.memory.total / e.memory.capacity < result_.closest_to_fitting->memory.total /
+                                                    result_.closest_to_fitting->memory.capacity)) {
+        result_.closest_to_fitting = e;
+      }
+      return;
+    }
+    ++result_.feasible;
+    auto& ranked = result_.ranked;
+    if (int(ranked.size()) == constraints_.top_k && !better(e, ranked.back())) return;
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), e, better), std::move(e));
+    if (int(ranked.size()) > constraints_.top_k) ranked.pop_back();
+  }
+
+ private:
+  const TrainingSetup& setup_;
+  const SearchConstraints& constraints_;
+  SearchResult& result_;
+};
+
+}  // namespace
+
+SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints& c) {
+  validate(setup);
+  if (c.recompute.empty() || c.zero_stages.empty() || c.schedules.empty() || c.top_k < 1) {
+    LATTICE_THROW(ConfigError,
+                  "the search constraints allow no layout (an empty list of "
+                  "recompute modes, ZeRO stages or schedules) ---> HINT: allow at least one of "
+                  "each");
+  }
+  for (const auto& [fixed, name] : {std::pair{c.dp, "dp"}, {c.tp, "tp"}, {c.pp, "pp"}}) {
+    if (fixed && (*fixed < 1 || setup.devices % *fixed != 0)) {
+      LATTICE_THROW(ConfigError,
+                    "{} = {} does not divide the {} devices ---> HINT: choose a "
+                    "divisor of {}",
+                    name, *fixed, setup.devices, setup.devices);
+    }
+  }
+  // Under flash attention selective recompute stores and computes exactly what no recompute
+  // does (activation_memory.h); judging both would list every layout twice.
+  std::vector<Recompute> recomputes = c.recompute;
+  const bool none_allowed =
+      std::find(recomputes.begin(), recomputes.end(), Recompute::kNone) != recomputes.end();
+  if (setup.flash_attention && none_allowed) {
+    std::erase(recomputes, Recompute::kSelective);
+  }
+
+  SearchResult result;
+  Ranking ranking(setup, c, result);
+  const int64_t max_pp = c.max_pp > 0 ? c.max_pp : setup.model.n_layers;
+
+  for (int64_t tp : choices(c.tp, divisors(setup.devices))) {
+    if (setup.devices % tp != 0) continue;
+    for (int64_t pp : choices(c.pp, divisors(setup.devices / tp))) {
+      if (pp > max_pp || setup.devices % (tp * pp) != 0) continue;
+      const int64_t dp = setup.devices / (tp * pp);
+      if (c.dp && *c.dp != dp) continue;
+
+      std::vector<int64_t> micro_batches;
+      if (c.micro_batch) {
+        micro_batches = {*c.micro_batch};
+      } else if (setup.global_batch % dp != 0) {
+        micro_batches = {1};  // judged, and rejected for the batch
+      } else {
+        for (int64_t b : divisors(setup.global_batch / dp)) {
+          if (b <= c.max_micro_batch) micro_batches.push_back(b);
+        }
+      }
+      // (schedule, v) pairs: one trivial schedule without a pipeline.
+      std::vector<std::pair<Schedule, int64_t>> schedules;
+      if (pp == 1) {
+        schedules.push_back({Schedule::kOneFOneB, c.virtual_stages.value_or(1)});
+      } else {
+        for (Schedule s : c.schedules) {
+          if (s != Schedule::kInterleaved) {
+            if (!c.virtual_stages || *c.virtual_stages == 1) schedules.push_back({s, 1});
+            continue;
+          }
+          for (int64_t v = 2; v <= c.max_virtual_stages; ++v) {
+            if (c.virtual_stages && *c.virtual_stages != v) continue;
+            if (!c.virtual_stages && setup.model.n_layers % (pp * v) != 0) continue;
+            schedules.push_back({s, v});
+          }
+        }
+        // Nothing consistent (v > 1 with a plain schedule, no v dividing l): judged, rejected.
+        if (schedules.empty())
+          schedules.push_back({c.schedules.front(), c.virtual_stages.value_or(2)});
+      }
+      std::vector<int> zeros = c.zero_stages;
+      if (dp == 1) zeros = {*std::min_element(zeros.begin(), zeros.end())};  // nothing to shard
+      std::vector<bool> sps = {false};
+      if (c.sequence_parallel)
+        sps = {*c.sequence_parallel};
+      else if (tp > 1)
+        sps = {false, true};
+
+      for (int64_t b : micro_batches) {
+        for (const auto& [schedule, v] : schedules) {
+          for (int zero : zeros) {
+            for (Recompute recompute : recomputes) {
+              for (bool sp : sps) {
+                ranking.judge({.dp = dp,
+                               .tp = tp,
+                               .pp = pp,
+                               .virtual_stages = v,
+                               .zero = zero,
+                               .micro_batch = b,
+                               .recompute = recompute,
+                               .sequence_parallel = sp,
+                               .schedule = schedule});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace lattice::plan

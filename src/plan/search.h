@@ -1,0 +1,44 @@
+// The search over layouts: every (dp, tp, pp, v, zero, micro-batch, recompute, sp, schedule)
+// consistent with the device count and the constraints, judged by evaluate(), the feasible
+// ones ranked by predicted tokens/s.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "plan/evaluation.h"
+
+namespace lattice::plan {
+
+// Unset fields are searched; set ones are fixed. Fixing every dimension evaluates one layout.
+struct SearchConstraints {
+  std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch;
+  std::optional<bool> sequence_parallel;
+  int64_t max_pp = 0;              // 0: up to the layer count
+  int64_t max_micro_batch = 16;    // largest b tried when b is not fixed
+  int64_t max_virtual_stages = 8;  // largest v tried for the interleaved schedule
+  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::vector<int> zero_stages = {0, 1, 2, 3};
+  std::vector<Schedule> schedules = {Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kGpipe,
+                                     Schedule::kZbH1};
+  int top_k = 5;
+};
+
+struct SearchResult {
+  std::vector<Evaluation> ranked;  // the top_k feasible layouts, fastest first
+  int64_t evaluated = 0;           // layouts enumerated and judged
+  int64_t feasible = 0;
+  std::array<int64_t, 5> rejected{};  // by RejectReason
+  // When nothing fits: the memory-rejected layout that came closest to fitting, and the first
+  // layout rejected for any reason (so a fully fixed layout's rejection can be shown).
+  std::optional<Evaluation> closest_to_fitting;
+  std::optional<Evaluation> first_rejected;
+};
+
+// Throws ConfigError when the constraints contradict the setup (a fixed size that does not
+// divide the device count, an empty list of allowed choices).
+SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints& constraints);
+
+}  // namespace lattice::plan

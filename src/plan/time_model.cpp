@@ -1,0 +1,217 @@
+#include "plan/time_model.h"
+
+#include <algorithm>
+
+#include "plan/activation_memory.h"
+#include "plan/collective_cost.h"
+#include "plan/memory_model.h"
+#include "plan/pipeline_theory.h"
+
+namespace lattice::plan {
+namespace {
+
+// One micro-batch through one layer on one rank, seconds.
+struct LayerCost {
+  double forward = 0;
+  double backward = 0;
+  double recompute = 0;
+  double tp_communication = 0;
+  double recompute_flops = 0;  // per rank
+};
+
+struct Gemm {
+  double m, n, k, batch;
+};
+
+double gemm_seconds(const TrainingSetup& setup, const Gemm& g) {
+  double flops = 2.0 * g.m * g.n * g.k * g.batch;
+  double rate = setup.cluster.peak_flops(setup.precision) *
+                gemm_efficiency(setup.cluster, setup.precision, g.m, g.n, g.k);
+  return flops / rate;
+}
+
+LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
+  const ModelSpec& model = setup.model;
+  const double b = double(layout.micro_batch), s = double(setup.seq_len);
+  const double h = double(model.d_model), t = double(layout.tp);
+  const double tokens = b * s, heads = double(model.n_heads) / t;
+  const double hd = double(model.head_dim()), kv = double(model.kv_dim());
+  const double ffn = double(model.d_ff);
+  const double up_width = (model.mlp == MlpKind::kSwiglu ? 2.0 : 1.0) * ffn / t;
+
+  // Forward GEMMs of one layer on one tensor-parallel rank (shapes m×k · k×n).
+  const double projections = gemm_seconds(setup, {tokens, (h + 2 * kv) / t, h, 1}) +  // QKV
+                             gemm_seconds(setup, {tokens, h, h / t, 1}) +             // out
+                             gemm_seconds(setup, {tokens, up_width, h, 1}) +          // up
+                             gemm_seconds(setup, {tokens, h, ffn / t, 1});            // down
+  // Attention core per head: scores (s×hd · hd×s) and probabilities · V (s×s · s×hd); causal
+  // masking is not discounted (PaLM convention).
+  const double core =
+      gemm_seconds(setup, {s, s, hd, b * heads}) + gemm_seconds(setup, {s, hd, s, b * heads});
+  // Element-wise work (norms, activation function, softmax, residual adds) is memory-bound:
+  // each stored activation written once and read once in the forward, twice that backward.
+  ActivationOptions stored{.micro_batch = layout.micro_batch,
+                           .seq_len = setup.seq_len,
+                           .tp = layout.tp,
+                           .sequence_parallel = layout.sequence_parallel,
+                           .recompute = Recompute::kNone,
+                           .dropout = setup.dropout,
+                           .flash_attention = setup.flash_attention,
+                           .activation_bytes = setup.bytes().activation};
+  const double elementwise =
+      2.0 * layer_activation_bytes(model, stored) / setup.cluster.device.hbm_bytes_per_s;
+
+  LayerCost cost;
+  cost.forward = projections + core + elementwise;
+  cost.backward = 2.0 * cost.forward;
+
+  // Megatron's tensor parallelism: 2 all-reduces of the block output (b·s·h) forward and 2
+  // backward; with SP each becomes an all-gather + reduce-scatter of the same bus volume.
+  double tp_one = 0;
+  if (layout.tp > 1) {
+    const double bytes = setup.bytes().activation * tokens * h;
+    const Transport link = tp_transport(layout, setup.cluster.gpus_per_node);
+    tp_one =
+        layout.sequence_parallel
+            ? collective_seconds(setup.cluster, CollectiveOp::kAllGather, link, layout.tp, bytes) +
+                  collective_seconds(setup.cluster, CollectiveOp::kReduceScatter, link, layout.tp,
+                                     bytes)
+            : collective_seconds(setup.cluster, CollectiveOp::kAllReduce, link, layout.tp, bytes);
+  }
+  cost.tp_communication = 4.0 * tp_one;
+
+  const double core_flops = 2.0 * 2.0 * s * s * hd * b * heads;
+  if (layout.recompute == Recompute::kSelective && !setup.flash_attention) {
+    // The attention core's forward again (flash attention's backward rebuilds the
+    // probabilities anyway, so there it adds nothing).
+    cost.recompute = core;
+    cost.recompute_flops = core_flops;
+  } else if (layout.recompute == Recompute::kFull) {
+    cost.recompute = cost.forward;
+    cost.tp_communication += 2.0 * tp_one;  // the forward's collectives run again
+    const double projection_flops =
+        2.0 * tokens * ((h + 2 * kv) / t * h + h * h / t + up_width * h + h * ffn / t);
+    cost.recompute_flops = projection_flops + core_flops;
+  }
+  return cost;
+}
+
+}  // namespace
+
+double model_flops_per_step(const TrainingSetup& setup) {
+  const ModelSpec& model = setup.model;
+  const double psi = double(count_parameters(model).total);
+  const double per_token =
+      6.0 * psi + 12.0 * double(model.n_layers) * double(model.d_model) * double(setup.seq_len);
+  return per_token * double(setup.global_batch) * double(setup.seq_len);
+}
+
+TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
+  const ModelSpec& model = setup.model;
+  const ClusterSpec& cluster = setup.cluster;
+  const StateBytes bytes = setup.bytes();
+  const int64_t m = micro_batches(layout, setup.global_batch);
+  const int64_t p = layout.pp, v = layout.virtual_stages;
+  const double b = double(layout.micro_batch), s = double(setup.seq_len);
+  const double h = double(model.d_model), t = double(layout.tp);
+  const double layers = double(model.n_layers / p);
+
+  TimeBreakdown time;
+  time.tp_link = tp_transport(layout, cluster.gpus_per_node);
+  time.dp_link = dp_transport(layout, cluster.gpus_per_node);
+  time.pp_link = pp_transport(layout, cluster.gpus_per_node);
+
+  const LayerCost layer = layer_cost(setup, layout);
+
+  // The output layer and the loss on the last stage: logits GEMM (b·s × h · h × V/t) forward,
+  // two GEMMs backward, and softmax over the f32 logits (written, read, overwritten).
+  const double vocab_shard = double(model.padded_vocab_size) / t;
+  const double output_forward = gemm_seconds(setup, {b * s, vocab_shard, h, 1}) +
+                                3.0 * 4.0 * b * s * vocab_shard / cluster.device.hbm_bytes_per_s;
+  // Pipeline sends: each micro-batch crosses each chunk boundary once forward (activations)
+  // and once backward (their gradients); b·s·h per boundary split over the tp ranks (already
+  // split under SP; without SP Megatron's scatter/gather splits it).
+  double pp_per_micro_batch = 0;
+  if (p > 1) {
+    const double send_bytes = bytes.activation * b * s * h / t;
+    pp_per_micro_batch =
+        2.0 * double(v) *
+        collective_seconds(cluster, CollectiveOp::kSendRecv, time.pp_link, 2, send_bytes);
+  }
+
+  // Per micro-batch on a middle stage and on the last stage.
+  const double layers_forward = layers * layer.forward;
+  const double layers_backward = layers * layer.backward;
+  const double layers_other = layers * (layer.recompute + layer.tp_communication);
+  const double middle = layers_forward + layers_backward + layers_other + pp_per_micro_batch;
+  const double last = middle + 3.0 * output_forward;
+  const double slowest = std::max(middle, last);
+  const double mean = p == 1 ? last : (last + double(p - 1) * middle) / double(p);
+
+  const double micro = double(m);
+  time.forward = micro * (layers_forward + output_forward);
+  time.backward = micro * (layers_backward + 2.0 * output_forward);
+  time.recompute = micro * layers * layer.recompute;
+  time.tp_communication = micro * layers * layer.tp_communication;
+  time.pp_communication = micro * pp_per_micro_batch;
+  time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
+  time.bubble = time.bubble_ratio * micro * mean;
+  const double pipeline = micro * slowest + time.bubble;
+
+  // Data-parallel reduction of this rank's shard of the most loaded stage.
+  const double params = std::max(stage_parameter_count(model, layout, 0),
+                                 stage_parameter_count(model, layout, p - 1));
+  const double grad_bytes = params * bytes.gradient, param_bytes = params * bytes.parameter;
+  if (layout.dp > 1) {
+    auto price = [&](CollectiveOp op, double size) {
+      return collective_seconds(cluster, op, time.dp_link, layout.dp, size);
+    };
+    auto exposed = [&](double comm, double hide_behind) {
+      return std::max(0.0, comm - cluster.runtime.dp_overlap * hide_behind);
+    };
+    const double backward_mb = layers_backward + layers * layer.recompute;
+    const double forward_mb = layers_forward;
+    const double gather = price(CollectiveOp::kAllGather, param_bytes);
+    const double scatter = price(CollectiveOp::kReduceScatter, grad_bytes);
+    switch (layout.zero) {
+      case 0: {  // one all-reduce after the last micro-batch, overlapping its backward
+        const double all_reduce = price(CollectiveOp::kAllReduce, grad_bytes);
+        time.dp_communication_total = all_reduce;
+        time.dp_communication = exposed(all_reduce, backward_mb);
+        break;
+      }
+      case 1:  // reduce-scatter at the end, all-gather of the updated parameters after the step
+        time.dp_communication_total = scatter + gather;
+        time.dp_communication = exposed(scatter, backward_mb) + exposed(gather, forward_mb);
+        break;
+      case 2:  // gradients are sharded: a reduce-scatter after every micro-batch
+        time.dp_communication_total = micro * scatter + gather;
+        time.dp_communication = micro * exposed(scatter, backward_mb) + exposed(gather, forward_mb);
+        break;
+      default:  // ZeRO-3: gather forward, gather backward, reduce-scatter, per micro-batch
+        time.dp_communication_total = micro * (2.0 * gather + scatter);
+        time.dp_communication =
+            micro * (exposed(gather, forward_mb) + exposed(gather + scatter, backward_mb));
+        break;
+    }
+  }
+
+  // AdamW reads gradients, reads and writes master weights and moments, writes parameters.
+  const double shard = params / (layout.zero >= 1 ? double(layout.dp) : 1.0);
+  time.optimizer = shard * (2.0 * bytes.optimizer + bytes.gradient + bytes.parameter) /
+                   cluster.device.hbm_bytes_per_s;
+
+  time.step = pipeline + time.dp_communication + time.optimizer;
+
+  const double devices = double(layout.devices());
+  time.model_flops = model_flops_per_step(setup);
+  // Recompute work happens on every rank of every stage for every micro-batch.
+  time.hardware_flops = time.model_flops + layer.recompute_flops * layers * micro * devices;
+  const double peak = cluster.peak_flops(setup.precision) * devices;
+  time.mfu = time.model_flops / (time.step * peak);
+  time.hfu = time.hardware_flops / (time.step * peak);
+  time.tokens_per_second = double(setup.global_batch) * s / time.step;
+  return time;
+}
+
+}  // namespace lattice::plan

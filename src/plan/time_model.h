@@ -1,0 +1,48 @@
+// Predicted step time of one layout, and MFU and tokens/s from it.
+//
+// Compute: every GEMM of a layer priced at the cluster's efficiency for its shape
+// (gemm_efficiency), backward 2× forward; element-wise work as memory traffic over HBM.
+// Communication: tensor-parallel collectives per layer (exposed, as in Megatron), pipeline
+// sends, the schedule's bubble, data-parallel reduction hidden behind the backward up to the
+// runtime's overlap, ZeRO-3 gathers per micro-batch, each an α–β price on the link it crosses.
+// FLOPs convention (PaLM): model FLOPs per token 6Ψ + 12·l·h·s; recompute counts in HFU only.
+#pragma once
+
+#include "plan/cluster_spec.h"
+#include "plan/layout.h"
+#include "plan/training_setup.h"
+
+namespace lattice::plan {
+
+// Seconds per optimizer step on the critical path (the slowest pipeline stage).
+struct TimeBreakdown {
+  double forward = 0;  // GEMMs + element-wise, all micro-batches
+  double backward = 0;
+  double recompute = 0;               // forward work the backward repeats
+  double tp_communication = 0;        // per-layer all-reduces (or gathers/scatters with SP)
+  double pp_communication = 0;        // activation and gradient sends between stages
+  double bubble = 0;                  // pipeline fill and drain
+  double dp_communication = 0;        // exposed part of gradient reduction and parameter gathers
+  double dp_communication_total = 0;  // before overlap
+  double optimizer = 0;               // AdamW over this rank's shard (memory-bound)
+  double step = 0;
+
+  double bubble_ratio = 0;  // idle ÷ ideal compute (pipeline_theory.h)
+  Transport tp_link = Transport::kIntraNode;
+  Transport dp_link = Transport::kIntraNode;
+  Transport pp_link = Transport::kIntraNode;
+
+  double model_flops = 0;     // per step, all devices
+  double hardware_flops = 0;  // including recompute
+  double mfu = 0;
+  double hfu = 0;
+  double tokens_per_second = 0;
+};
+
+// Preconditions: the layout passed check_layout (evaluation.h).
+TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout);
+
+// Model FLOPs of one optimizer step (PaLM convention, 6Ψ + 12·l·h·s per token).
+double model_flops_per_step(const TrainingSetup& setup);
+
+}  // namespace lattice::plan

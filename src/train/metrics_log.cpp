@@ -1,0 +1,41 @@
+#include "train/metrics_log.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace lattice {
+
+std::string format_progress(const StepMetrics& m, int64_t total_steps, double peak_flops) {
+  int width = int(fmt::format("{}", total_steps).size());
+  std::string line = fmt::format(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad-norm {:.3f} | {:.0f} tok/s | {:.1f} ms | "
+      "MFU {:.1f}%",
+      m.step, width, total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms,
+      100.0 * m.model_flops_per_s / peak_flops);
+  if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+  return line;
+}
+
+MetricsLog::MetricsLog(const std::filesystem::path& path) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  out_.open(path, std::ios::out | std::ios::trunc);
+  if (!out_) LATTICE_THROW(IoError, "cannot write metrics file '{}'", path.string());
+}
+
+void MetricsLog::write(const StepMetrics& m, double peak_flops) {
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"ms", m.ms},
+                      {"mfu", m.model_flops_per_s / peak_flops}};
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+}  // namespace lattice

@@ -1,0 +1,27 @@
+// Per-step metrics: the progress line for people and one JSON object per line for machines.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace lattice {
+
+// "step   12/2000 | loss 2.8123 | lr 1.00e-03 | grad-norm 1.234 | 11234 tok/s | 68.3 ms |
+//  MFU 12.3%" (+ " | val 2.71" on evaluation steps). peak_flops: the MFU denominator.
+std::string format_progress(const StepMetrics& m, int64_t total_steps, double peak_flops);
+
+// Appends one JSON object per step: step, loss, lr, grad_norm, tokens_per_s, ms, mfu and
+// val_loss on evaluation steps.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::filesystem::path& path);
+  void write(const StepMetrics& m, double peak_flops);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace lattice

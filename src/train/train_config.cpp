@@ -1,0 +1,423 @@
+#include "train/train_config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace {
+
+using Setter = std::function<void(TrainConfig&, const toml::node&, const std::string&)>;
+
+std::string describe(const toml::node& node) {
+  std::ostringstream out;
+  if (auto* s = node.as_string()) return "\"" + s->get() + "\"";
+  node.visit([&](auto&& n) { out << n; });
+  return out.str();
+}
+
+int64_t get_int(const toml::node& node, const std::string& key) {
+  if (auto v = node.value_exact<int64_t>()) return *v;
+  LATTICE_THROW(ConfigError, "config key '{}' = {} must be an integer", key, describe(node));
+}
+
+int64_t get_positive(const toml::node& node, const std::string& key) {
+  int64_t v = get_int(node, key);
+  if (v <= 0) LATTICE_THROW(ConfigError, "config key '{}' = {} must be positive", key, v);
+  return v;
+}
+
+int64_t get_non_negative(const toml::node& node, const std::string& key) {
+  int64_t v = get_int(node, key);
+  if (v < 0) LATTICE_THROW(ConfigError, "config key '{}' = {} must not be negative", key, v);
+  return v;
+}
+
+double get_float(const toml::node& node, const std::string& key) {
+  if (auto v = node.value<double>(); v && (node.is_floating_point() || node.is_integer())) {
+    return *v;
+  }
+  LATTICE_THROW(ConfigError, "config key '{}' = {} must be a number", key, describe(node));
+}
+
+std::string get_string(const toml::node& node, const std::string& key) {
+  if (auto v = node.value_exact<std::string>()) return *v;
+  LATTICE_THROW(ConfigError, "config key '{}' = {} must be a string", key, describe(node));
+}
+
+bool get_bool(const toml::node& node, const std::string& key) {
+  if (auto v = node.value_exact<bool>()) return *v;
+  LATTICE_THROW(ConfigError, "config key '{}' = {} must be true or false", key, describe(node));
+}
+
+const std::map<std::string, Setter>& setters() {
+  static const std::
+      map<std::string, Setter>
+          table =
+              {
+                  // model (model.preset is applied first, the other keys override it)
+                  {"model.preset",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model = model_preset(get_string(n, k));
+                   }},
+                  {"model.family",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.family = parse_family(get_string(n, k));
+                   }},
+                  {"model.vocab_size",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.vocab_size = get_positive(n, k);
+                   }},
+                  {"model.n_layer",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.n_layer = get_positive(n, k);
+                   }},
+                  {"model.n_head",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.n_head = get_positive(n, k);
+                   }},
+                  {"model.n_kv_head",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.n_kv_head = get_positive(n, k);
+                   }},
+                  {"model.d_model",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.d_model = get_positive(n, k);
+                   }},
+                  {"model.d_ff", [](TrainConfig& c, const toml::node& n,
+                                    const std::string& k) { c.model.d_ff = get_positive(n, k); }},
+                  {"model.seq_len",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.seq_len = get_positive(n, k);
+                   }},
+                  {"model.norm",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.norm = parse_norm(get_string(n, k));
+                   }},
+                  {"model.norm_eps",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.norm_eps = float(get_float(n, k));
+                   }},
+                  {"model.position",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.position = parse_position(get_string(n, k));
+                   }},
+                  {"model.rope_theta",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.rope_theta = float(get_float(n, k));
+                   }},
+                  {"model.mlp",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.mlp = parse_mlp(get_string(n, k));
+                   }},
+                  {"model.bias", [](TrainConfig& c, const toml::node& n,
+                                    const std::string& k) { c.model.bias = get_bool(n, k); }},
+                  {"model.tied_embeddings",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.tied_embeddings = get_bool(n, k);
+                   }},
+                  {"model.init_std",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.model.init_std = float(get_float(n, k));
+                   }},
+                  // data
+                  {"data.dir", [](TrainConfig& c, const toml::node& n,
+                                  const std::string& k) { c.data_dir = get_string(n, k); }},
+                  {"data.mode",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.data_mode = get_string(n, k);
+                     if (c.data_mode != "sequential" && c.data_mode != "shuffled") {
+                       LATTICE_THROW(
+                           ConfigError,
+                           "config key '{}' = \"{}\" ---> HINT: use \"sequential\" or \"shuffled\"",
+                           k, c.data_mode);
+                     }
+                   }},
+                  {"data.tokenizer", [](TrainConfig& c, const toml::node& n,
+                                        const std::string& k) { c.tokenizer = get_string(n, k); }},
+                  // batch
+                  {"batch.micro_batch",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.micro_batch = get_non_negative(n, k);
+                   }},
+                  {"batch.micro_batches",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.micro_batches = get_non_negative(n, k);
+                   }},
+                  {"batch.global_batch",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.global_batch = get_non_negative(n, k);
+                   }},
+                  {"batch.seq_len",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.seq_len = get_non_negative(n, k); }},
+                  // optim
+                  {
+                      "optim.lr", [](TrainConfig& c, const toml::node& n,
+                                     const std::string& k) { c.lr = float(get_float(n, k)); }},
+                  {"optim.min_lr", [](TrainConfig& c, const toml::node& n,
+                                      const std::string& k) { c.min_lr = float(get_float(n, k)); }},
+                  {"optim.warmup_steps",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.warmup_steps = get_non_negative(n, k);
+                   }},
+                  {"optim.decay_steps",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.decay_steps = get_non_negative(n, k);
+                   }},
+                  {"optim.beta1",
+                   [](
+                       TrainConfig& c, const toml::node& n,
+                       const std::
+                           string& k) { c.adam.beta1 = float(get_float(n, k)); }},
+                  {"optim.beta2",
+                   [](
+                       TrainConfig& c, const toml::node& n,
+                       const std::
+                           string& k) { c.adam.beta2 = float(get_float(n, k)); }},
+                  {"optim.eps", [](TrainConfig& c, const toml::node& n,
+                                   const std::string& k) { c.adam.eps = float(get_float(n, k)); }},
+                  {"optim.weight_decay",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.adam.weight_decay = float(get_float(n, k));
+                   }},
+                  {"optim.grad_clip",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.grad_clip = float(get_float(n, k));
+                   }},
+                  // train
+                  {
+                      "train.steps", [](TrainConfig& c, const toml::node& n,
+                                        const std::string& k) { c.steps = get_positive(n, k); }},
+                  {"train.precision",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     std::string p = get_string(n, k);
+                     if (p == "fp32" || p == "f32") {
+                       c.compute_dtype = DType::kF32;
+                     } else if (p == "bf16") {
+                       c.compute_dtype = DType::kBF16;
+                     } else {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = \"{}\" ---> HINT: use \"fp32\" or \"bf16\"",
+                                     k, p);
+                     }
+                   }},
+                  {"train.seed",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.seed = uint64_t(get_non_negative(n, k)); }},
+                  {"train.threads",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.threads = int(get_non_negative(n, k)); }},
+                  {"train.log_interval",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.log_interval = get_positive(n, k);
+                   }},
+                  // eval
+                  {"eval.interval",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.eval_interval = get_non_negative(n, k); }},
+                  {"eval.batches",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.eval_batches = get_non_negative(n, k); }},
+                  // sample
+                  {"sample.tokens",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.sample_tokens = get_non_negative(n, k); }},
+                  {"sample.temperature",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.sample_temperature = float(get_float(n, k));
+                   }},
+                  {"sample.prompt",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.sample_prompt = get_string(n, k); }},
+                  {"sample.seed",
+                   [](TrainConfig& c, const toml::node& n,
+                      const std::string& k) { c.sample_seed = uint64_t(get_non_negative(n, k)); }},
+                  // output
+                  {"output.dir", [](TrainConfig& c, const toml::node& n,
+                                    const std::string& k) { c.out_dir = get_string(n, k); }},
+              };
+  return table;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+[[noreturn]] void unknown_key(const std::string& key, std::string_view source) {
+  LATTICE_THROW(ConfigError, "{}: unknown config key '{}' ---> HINT: did you mean '{}'?", source,
+                key, nearest_key(key, train_config_keys()));
+}
+
+// Flattens a parsed TOML document into (section.key, node) pairs, in file order.
+void flatten(const toml::table& table, const std::string& prefix,
+             std::vector<std::pair<std::string, const toml::node*>>& out, std::string_view source) {
+  for (auto&& [name, node] : table) {
+    std::string key =
+        prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    if (const toml::table* sub = node.as_table()) {
+      if (!prefix.empty()) unknown_key(key, source);
+      flatten(*sub, key, out, source);
+    } else {
+      out.emplace_back(key, &node);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> train_config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [key, setter] : setters()) keys.push_back(key);
+  return keys;
+}
+
+std::string nearest_key(std::string_view key, const std::vector<std::string>& keys) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const std::string& candidate : keys) {
+    size_t d = edit_distance(key, candidate);
+    // Also compare the part after the section, so "train.lr" suggests "optim.lr".
+    auto dot = candidate.find('.');
+    auto key_dot = key.find('.');
+    if (dot != std::string::npos && key_dot != std::string::npos) {
+      d = std::min(d, edit_distance(key.substr(key_dot + 1), candidate.substr(dot + 1)) + 1);
+    }
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+TrainConfig parse_train_config(std::string_view toml_text, std::string_view source,
+                               const std::vector<std::string>& overrides) {
+  toml::table document;
+  try {
+    document = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    LATTICE_THROW(ConfigError, "{}:{}:{}: malformed TOML: {}", source, where.line, where.column,
+                  e.description());
+  }
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  flatten(document, "", entries, source);
+
+  // Overrides are parsed as TOML values ("lr=3e-4", "precision=\"bf16\""); a bare word that
+  // is not valid TOML is taken as a string ("precision=bf16").
+  std::vector<toml::table> override_docs;
+  override_docs.reserve(overrides.size());
+  for (const std::string& text : overrides) {
+    auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      LATTICE_THROW(ConfigError, "--set '{}' is not of the form section.key=value", text);
+    }
+    std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+    toml::table doc;
+    try {
+      doc = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      doc = toml::table{{"v", value}};
+    }
+    override_docs.push_back(std::move(doc));
+    entries.emplace_back(key, override_docs.back().get("v"));
+  }
+
+  TrainConfig config;
+  const auto& table = setters();
+  for (const auto& [key, node] : entries) {
+    if (!table.contains(key)) unknown_key(key, source);
+  }
+  // The preset first, so that the other model keys override it wherever they appear.
+  for (const auto& [key, node] : entries) {
+    if (key == "model.preset") table.at(key)(config, *node, key);
+  }
+  for (const auto& [key, node] : entries) {
+    if (key != "model.preset") table.at(key)(config, *node, key);
+  }
+  config.model.validate();
+  if (config.seq_len == 0) config.seq_len = config.model.seq_len;
+  if (config.seq_len > config.model.seq_len) {
+    LATTICE_THROW(ConfigError,
+                  "batch.seq_len = {} exceeds model.seq_len = {} ---> HINT: lower batch.seq_len "
+                  "or raise model.seq_len",
+                  config.seq_len, config.model.seq_len);
+  }
+  if (config.decay_steps == 0) config.decay_steps = config.steps;
+  config.adam.lr = config.lr;
+  return config;
+}
+
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    LATTICE_THROW(ConfigError, "cannot read config file '{}' ---> HINT: check the path",
+                  path.string());
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_train_config(text.str(), path.string(), overrides);
+}
+
+void TrainConfig::resolve_batch(int64_t dp) {
+  LATTICE_CHECK_GE(dp, 1);
+  const std::string formula =
+      fmt::format("global_batch = micro_batch × micro_batches × dp ({} = {} × {} × {})",
+                  global_batch, micro_batch, micro_batches, dp);
+  int given = (micro_batch > 0) + (micro_batches > 0) + (global_batch > 0);
+  if (given < 2) {
+    if (micro_batch > 0 && micro_batches == 0 && global_batch == 0) {
+      micro_batches = 1;  // the common case: one micro-batch per step
+    } else {
+      LATTICE_THROW(ConfigError,
+                    "the batch is under-specified: give two of batch.micro_batch, "
+                    "batch.micro_batches, batch.global_batch; {}",
+                    formula);
+    }
+  }
+  if (global_batch == 0) {
+    global_batch = micro_batch * micro_batches * dp;
+  } else if (micro_batches == 0) {
+    if (global_batch % (micro_batch * dp) != 0) {
+      LATTICE_THROW(ConfigError,
+                    "batch.global_batch = {} is not divisible by micro_batch × dp = {} × {}; {}",
+                    global_batch, micro_batch, dp, formula);
+    }
+    micro_batches = global_batch / (micro_batch * dp);
+  } else if (micro_batch == 0) {
+    if (global_batch % (micro_batches * dp) != 0) {
+      LATTICE_THROW(ConfigError,
+                    "batch.global_batch = {} is not divisible by micro_batches × dp = {} × {}; {}",
+                    global_batch, micro_batches, dp, formula);
+    }
+    micro_batch = global_batch / (micro_batches * dp);
+  } else if (global_batch != micro_batch * micro_batches * dp) {
+    LATTICE_THROW(ConfigError,
+                  "inconsistent batch: {} but micro_batch × micro_batches × dp = {} ---> HINT: "
+                  "state two of the three and let Lattice derive the third (the learning rate is "
+                  "never rescaled)",
+                  formula, micro_batch * micro_batches * dp);
+  }
+}
+
+}  // namespace lattice

@@ -1,0 +1,79 @@
+// The training configuration: a TOML file (toml++) plus `--set key=value` overrides.
+//
+// Every key is known: an unknown key or a value of the wrong type is a ConfigError naming the
+// key and, for a misspelling, the nearest valid key. Keys are `section.name`; the sections are
+// model, data, batch, optim, train, eval, sample, output (see configs/*.toml and docs/).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/adamw.h"
+#include "model/config.h"
+
+namespace lattice {
+
+struct TrainConfig {
+  ModelConfig model = model_preset("gpt2-tiny");
+
+  // data: a directory holding train.bin and val.bin (written by `lattice data prepare`).
+  std::string data_dir = "runs/data/shakespeare-char";
+  std::string data_mode = "sequential";  // sequential | shuffled
+  std::string tokenizer = "byte";
+
+  // batch: global_batch = micro_batch × micro_batches × dp (sequences); any two determine
+  // the third (0 = derive).
+  int64_t micro_batch = 0;
+  int64_t micro_batches = 0;
+  int64_t global_batch = 0;
+  int64_t seq_len = 0;  // 0: the model's seq_len
+
+  // optim
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;  // 0: the number of steps
+  AdamWHyper adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  float grad_clip = 1.0f;  // 0: no clipping
+
+  // train
+  int64_t steps = 100;
+  DType compute_dtype = DType::kF32;  // "fp32" | "bf16" (bf16 compute, fp32 master weights)
+  uint64_t seed = 1337;
+  int threads = 0;  // per rank; 0: all available cores
+  int64_t log_interval = 1;
+
+  // eval: validation loss every `interval` steps (and at the end) over `batches` batches.
+  int64_t eval_interval = 0;  // 0: only at the end
+  int64_t eval_batches = 20;
+
+  // sample: text generated at the end of training (0 tokens: none).
+  int64_t sample_tokens = 0;
+  float sample_temperature = 1.0f;
+  std::string sample_prompt = "\n";
+  uint64_t sample_seed = 42;
+
+  // output
+  std::string out_dir;  // final checkpoint goes to out_dir/final; empty: no checkpoint
+
+  // Derives the missing one of (micro_batch, micro_batches, global_batch) for `dp` data-parallel
+  // ranks, or throws ConfigError showing the formula when they are inconsistent or indivisible.
+  void resolve_batch(int64_t dp = 1);
+  int64_t tokens_per_step() const { return global_batch * seq_len; }
+};
+
+// Reads a TOML file, then applies overrides "section.key=value" in order.
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides = {});
+// The same from TOML text (tests); `source` names it in errors.
+TrainConfig parse_train_config(std::string_view toml_text, std::string_view source,
+                               const std::vector<std::string>& overrides = {});
+// Every valid key, "section.name".
+std::vector<std::string> train_config_keys();
+// The valid key closest to `key` by edit distance (for "did you mean" hints).
+std::string nearest_key(std::string_view key, const std::vector<std::string>& keys);
+
+}  // namespace lattice

@@ -1,0 +1,109 @@
+// The alpha-beta model, profiles, the tuner's choice, and the switch away from an algorithm
+// that runs persistently slower than predicted because of a slow link.
+#include "comm/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "comm/thread_world.h"
+
+namespace lattice {
+namespace {
+
+TEST(CostModel, FitRecoversAlphaAndBeta) {
+  std::vector<std::pair<double, double>> points;
+  for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0}) {
+    points.emplace_back(bytes, 20e-6 + bytes / 5e9);
+  }
+  CostModel m = fit_cost_model(points);
+  EXPECT_NEAR(m.alpha, 20e-6, 1e-9);
+  EXPECT_NEAR(m.beta, 1 / 5e9, 1e-15);
+}
+
+TEST(CostModel, DefaultPrefersFewStepsWhenSmallAndLittleVolumeWhenLarge) {
+  // 6 ranks: the tree takes 6 steps, hd 8 (4 plus the fix-up), ring 10; ring and hd move the
+  // same bytes but hd's fix-up moves the whole vector twice more.
+  Tuner six(TransportKind::kThreads, 6);
+  EXPECT_EQ(six.choose(Collective::kAllReduce, 8), Algorithm::kTree);
+  EXPECT_EQ(six.choose(Collective::kAllReduce, size_t(64) << 20), Algorithm::kRing);
+  // 8 ranks: hd needs as few steps as the tree (6) and moves the bytes of the ring.
+  Tuner eight(TransportKind::kThreads, 8);
+  EXPECT_EQ(eight.choose(Collective::kAllReduce, 8), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(eight.choose(Collective::kAllReduce, size_t(64) << 20), Algorithm::kHalvingDoubling);
+  EXPECT_LT(eight.predict(Collective::kAllReduce, Algorithm::kTree, 8),
+            eight.predict(Collective::kAllReduce, Algorithm::kRing, 8));
+}
+
+TEST(CostModel, ProfileRoundTripsAndDrivesTheChoice) {
+  CostProfile profile;
+  profile.set(Collective::kAllReduce, Algorithm::kTree, 4, CostModel{1e-7, 1e-12});
+  profile.set(Collective::kAllReduce, Algorithm::kRing, 4, CostModel{5e-5, 3e-10});
+  const std::string path = ::testing::TempDir() + "comm_profile_test.json";
+  profile.save(path, TransportKind::kThreads);
+  CostProfile loaded = CostProfile::load(path);
+  std::remove(path.c_str());
+  auto tree = loaded.find(Collective::kAllReduce, Algorithm::kTree, 4);
+  ASSERT_TRUE(tree.has_value());
+  EXPECT_DOUBLE_EQ(tree->alpha, 1e-7);
+  EXPECT_DOUBLE_EQ(tree->beta, 1e-12);
+  EXPECT_FALSE(loaded.find(Collective::kAllReduce, Algorithm::kTree, 8).has_value());
+  // A measured tree that is cheap at every size wins even for large messages.
+  Tuner tuner(TransportKind::kThreads, 4, loaded);
+  EXPECT_EQ(tuner.choose(Collective::kAllReduce, size_t(64) << 20), Algorithm::kTree);
+}
+
+TEST(CostModel, LoadNamesTheFileAndTheFix) {
+  try {
+    CostProfile::load("/nonexistent/comm.json");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("lattice bench comm --calibrate"), std::string::npos);
+  }
+}
+
+// Halving-doubling on 4 ranks crosses the link 0 -> 1 twice per all_reduce, ring six times,
+// the binomial tree once. With that link 5 ms slow, the tuner's first choice (hd) runs far
+// slower than predicted; after one window every rank re-measures and switches to the tree.
+TEST(TunerSwitch, SlowLinkMovesEveryRankToTheFasterAlgorithm) {
+  ThreadWorldOptions world;
+  world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(5)); };
+  std::mutex mutex;
+  std::vector<TuningEvent> first_events;
+  std::vector<Algorithm> final_choice;
+  constexpr int64_t kCount = 1 << 16;  // 256 KiB of f32
+  const size_t bytes = kCount * sizeof(float);
+  run_ranks(
+      4,
+      [&](Communicator& comm) {
+        EXPECT_EQ(comm.planned_algorithm(Collective::kAllReduce, bytes),
+                  Algorithm::kHalvingDoubling);
+        std::vector<float> grad(kCount);
+        for (int call = 0; call < Tuner::kWindow + 4; ++call) {
+          std::fill(grad.begin(), grad.end(), float(comm.rank()));
+          comm.all_reduce(grad.data(), kCount, DType::kF32, ReduceOp::kSum);
+          ASSERT_EQ(grad[kCount - 1], 6.0f);  // 0 + 1 + 2 + 3, before and after the switch
+        }
+        std::lock_guard lock(mutex);
+        ASSERT_FALSE(comm.tuning_events().empty()) << "rank " << comm.rank() << " never switched";
+        first_events.push_back(comm.tuning_events().front());
+        final_choice.push_back(comm.planned_algorithm(Collective::kAllReduce, bytes));
+        EXPECT_GT(comm.stats().totals(Collective::kAllReduce, Algorithm::kTree).calls, 0u);
+      },
+      world);
+  ASSERT_EQ(first_events.size(), 4u);
+  for (const TuningEvent& e : first_events) {
+    EXPECT_EQ(e.before, Algorithm::kHalvingDoubling);
+    EXPECT_EQ(e.after, Algorithm::kTree);
+    EXPECT_GT(e.slowdown, Tuner::kSlowdownThreshold);
+    EXPECT_EQ(e.measured_seconds.size(), 3u);
+    // Every rank agreed on the same numbers (max over ranks).
+    EXPECT_EQ(e.slowdown, first_events[0].slowdown);
+    EXPECT_EQ(e.measured_seconds, first_events[0].measured_seconds);
+  }
+  for (Algorithm a : final_choice) EXPECT_EQ(a, Algorithm::kTree);
+}
+
+}  // namespace
+}  // namespace lattice

@@ -1,0 +1,76 @@
+#include "core/atomic_file.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace lattice {
+namespace {
+
+std::string read_all(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class AtomicFileWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("lattice_atomic_file_" +
+            std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  size_t entries() const {
+    return size_t(std::distance(std::filesystem::directory_iterator(dir_), {}));
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(AtomicFileWriterTest, CommitReplacesTheTargetWithTheNewBytes) {
+  auto target = dir_ / "out.bin";
+  std::ofstream(target) << "old contents";
+  {
+    AtomicFileWriter writer(target);
+    writer.write("new ", 4);
+    writer.write("bytes", 5);
+    // Until commit the old file is untouched.
+    EXPECT_EQ(read_all(target), "old contents");
+    writer.commit();
+  }
+  EXPECT_EQ(read_all(target), "new bytes");
+  EXPECT_EQ(entries(), 1u);  // no temporary left behind
+}
+
+TEST_F(AtomicFileWriterTest, AbandonedWriteLeavesTheOldFileAndNoTemporary) {
+  auto target = dir_ / "out.bin";
+  std::ofstream(target) << "old contents";
+  {
+    AtomicFileWriter writer(target);
+    writer.write("partial", 7);
+    EXPECT_TRUE(std::filesystem::exists(writer.temp_path()));
+  }
+  EXPECT_EQ(read_all(target), "old contents");
+  EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(AtomicFileWriterTest, MissingDirectoryIsAClearError) {
+  auto target = dir_ / "no_such_dir" / "out.bin";
+  try {
+    AtomicFileWriter writer(target);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("out.bin"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lattice
