@@ -4,7 +4,7 @@
 // Reported as GFLOP/s of causal work (forward 2·2·B·NH·T²·HS/2: QKᵀ and PV over the lower
 // triangle; backward 2.5× that: five products instead of two) and as a fraction of this
 // machine's single-core fp32 FMA peak, measured first in the same binary by independent
-// chains of _mm512_fmadd_ps (machine_peak.h; also reported as the FmaPeak benchmark). Rates
+// chains of _mm512_fmadd_ps (core/cpu_peak.h; also reported as the FmaPeak benchmark). Rates
 // are on the benchmark thread's CPU time (Google Benchmark's default): the machine is shared,
 // and CPU time leaves out the slices in which another process ran on this core.
 //
@@ -17,15 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_peak.h"
 #include "core/philox.h"
 #include "core/thread_budget.h"
 #include "kernels/attention.h"
-#include "machine_peak.h"
 
 namespace lattice {
 namespace {
 
-// ---- the baseline: fp32 AVX-512 FMA peak of one core (machine_peak.h) ----
+// ---- the baseline: fp32 AVX-512 FMA peak of one core (core/cpu_peak.h) ----
 
 // Rounds of the peak loop per measurement: ~4 ms, long against the timer's resolution.
 constexpr int64_t kPeakRepeats = int64_t(1) << 17;
@@ -39,16 +39,16 @@ double thread_seconds() {
 // Best of 20 runs, in GFLOP/s of the calling thread's CPU time (as the benchmarks report);
 // 0 without AVX-512.
 double measure_fma_peak_gflops() {
-  if (!bench::has_avx512_fma()) return 0;
+  if (!has_avx512_fma()) return 0;
   double best = 0;
   for (int run = 0; run < 20; ++run) {
     float start = 1.0f;
     benchmark::DoNotOptimize(start);  // opaque input: the loop really runs every time
     const double begin = thread_seconds();
-    float result = bench::fp32_fma_loop(start, kPeakRepeats);
+    float result = fp32_fma_loop(start, kPeakRepeats);
     benchmark::DoNotOptimize(result);
     const double seconds = thread_seconds() - begin;
-    best = std::max(best, bench::fp32_fma_flops(kPeakRepeats) / seconds * 1e-9);
+    best = std::max(best, fp32_fma_flops(kPeakRepeats) / seconds * 1e-9);
   }
   return best;
 }
@@ -57,17 +57,17 @@ double peak_gflops = 0;  // set in main before any benchmark runs
 
 // The same loop as a benchmark, so the peak shows in the table beside the attention rows.
 void BM_FmaPeak(benchmark::State& state) {
-  if (!bench::has_avx512_fma()) {
+  if (!has_avx512_fma()) {
     state.SkipWithError("this CPU has no AVX-512");
     return;
   }
   for (auto _ : state) {
     float start = 1.0f;
     benchmark::DoNotOptimize(start);
-    float result = bench::fp32_fma_loop(start, kPeakRepeats);
+    float result = fp32_fma_loop(start, kPeakRepeats);
     benchmark::DoNotOptimize(result);
   }
-  const double gflop = bench::fp32_fma_flops(kPeakRepeats) * 1e-9;
+  const double gflop = fp32_fma_flops(kPeakRepeats) * 1e-9;
   state.counters["GFLOP/s"] =
       benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_frac"] =

@@ -6,7 +6,7 @@
 //     (3072, 768) MLP down         (768, 50304) logits (padded vocabulary)
 //   in f32 (f32 out) and bf16 (bf16 out, fp32 accumulation), plus the square 2048 f32 GEMM.
 //
-// Baselines measured in the same run: fp32_fma_peak (AVX-512 FMA loop, machine_peak.h),
+// Baselines measured in the same run: fp32_fma_peak (AVX-512 FMA loop, core/cpu_peak.h),
 // bf16_dot_peak (AVX512-BF16 VDPBF16PS loop) and the best bf16 GEMM of the run (the practical
 // bf16 ceiling). first_call/* times a call that creates its primitive (caches emptied) against
 // the steady-state rows of the same shape; prepare/* times the creation alone. A summary with the
@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_peak.h"
 #include "core/philox.h"
 #include "core/thread_budget.h"
 #include "kernels/matmul.h"
-#include "machine_peak.h"
 
 namespace lattice {
 namespace {
@@ -131,32 +131,32 @@ void bm_first_call(benchmark::State& state, GemmCase c) {
 }
 
 void bm_fp32_fma_peak(benchmark::State& state) {
-  if (!bench::has_avx512_fma()) {
+  if (!has_avx512_fma()) {
     state.SkipWithError("this CPU has no AVX-512");
     return;
   }
   float start = 1.0f;
   for (auto _ : state) {
     benchmark::DoNotOptimize(start);  // opaque input: the loop runs every iteration
-    float result = bench::fp32_fma_loop(start, kPeakRepeats);
+    float result = fp32_fma_loop(start, kPeakRepeats);
     benchmark::DoNotOptimize(result);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(bench::fp32_fma_flops(kPeakRepeats) * 1e-9,
+  state.counters["GFLOP/s"] = benchmark::Counter(fp32_fma_flops(kPeakRepeats) * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void bm_bf16_dot_peak(benchmark::State& state) {
-  if (!bench::has_avx512_bf16()) {
+  if (!has_avx512_bf16()) {
     state.SkipWithError("this CPU has no AVX512-BF16");
     return;
   }
   float start = 1.0f;
   for (auto _ : state) {
     benchmark::DoNotOptimize(start);  // opaque input: the loop runs every iteration
-    float result = bench::bf16_dot_loop(start, kPeakRepeats);
+    float result = bf16_dot_loop(start, kPeakRepeats);
     benchmark::DoNotOptimize(result);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(bench::bf16_dot_flops(kPeakRepeats) * 1e-9,
+  state.counters["GFLOP/s"] = benchmark::Counter(bf16_dot_flops(kPeakRepeats) * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 

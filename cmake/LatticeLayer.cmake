@@ -28,7 +28,12 @@ function(lattice_add_test_suite name)
   target_include_directories(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   # One OpenMP thread per test process: ctest runs tests side by side, and OpenMP teams that
   # oversubscribe the cores spin against each other (tests that need more set their budget).
-  gtest_discover_tests(${name}_tests
-    PROPERTIES LABELS "${name};${ARG_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=1"
-    DISCOVERY_TIMEOUT 60)
+  set(_properties LABELS "${name};${ARG_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=1")
+  if("thread" IN_LIST LATTICE_SANITIZE)
+    # Suppressions for third-party code (tests/sanitizers/tsan.supp), appended to the caller's
+    # TSAN_OPTIONS. A property of its own: gtest_discover_tests flattens a list-valued ENVIRONMENT.
+    list(APPEND _properties ENVIRONMENT_MODIFICATION
+         "TSAN_OPTIONS=string_append: suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan.supp")
+  endif()
+  gtest_discover_tests(${name}_tests PROPERTIES ${_properties} DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the demo (the first command of README.md): prepares the Shakespeare
-# corpus as byte tokens, trains the shakespeare-char model, prints progress, the validation loss,
-# the wall time and sampled text.
+# corpus as byte tokens, trains the shakespeare-char model across 2 in-process data-parallel
+# ranks (global batch 12 = 6 per rank; docs/data-parallel.md), prints progress, the validation
+# loss, the wall time and sampled text.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${LATTICE_BUILD_DIR:-$root/build}"
@@ -10,4 +11,6 @@ corpus="${LATTICE_CORPUS:-$root/../shared/data/tinyshakespeare.txt}"
 bash "$root/scripts/build.sh" -DLATTICE_BUILD_TESTS=OFF -DLATTICE_BUILD_BENCH=OFF
 cd "$root"
 "$build_dir/lattice" data prepare --input "$corpus" --out runs/data/shakespeare-char
-"$build_dir/lattice" train configs/shakespeare-char.toml --metrics runs/shakespeare-char/metrics.jsonl "$@"
+# Two ranks need two cores (ranks x threads never exceed the cores); one core trains alone.
+dp=$(( $(nproc) >= 2 ? 2 : 1 ))
+"$build_dir/lattice" train configs/shakespeare-char.toml --dp "$dp" --metrics runs/shakespeare-char/metrics.jsonl "$@"

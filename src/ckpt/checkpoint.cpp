@@ -3,9 +3,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/crc32c.h"
 #include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
-#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace lattice {
@@ -14,73 +14,68 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json read_json(const fs::path& path) {
+// The earlier single-rank format (format_version 1): state.json + model.safetensors +
+// optimizer.safetensors. Read only, so checkpoints written before the sharded format load.
+constexpr int kLegacyFormatVersion = 1;
+
+bool is_legacy(const fs::path& dir) {
+  return !fs::exists(dir / kManifestFileName) && fs::exists(dir / "state.json");
+}
+
+nlohmann::json read_legacy_state(const fs::path& dir) {
+  const fs::path path = dir / "state.json";
   std::ifstream in(path);
-  if (!in) {
-    LATTICE_THROW(IoError,
-                  "cannot read '{}' ---> HINT: is this a checkpoint directory written by "
-                  "`lattice train` (it holds state.json, model.safetensors)?",
-                  path.string());
-  }
+  if (!in) LATTICE_THROW(IoError, "cannot read '{}'", path.string());
   try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    LATTICE_THROW(IoError, "'{}' is not valid JSON: {}", path.string(), e.what());
-  }
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  AtomicFileWriter writer(path);
-  writer.write(text.data(), text.size());
-  writer.commit();
-}
-
-}  // namespace
-
-void save_checkpoint(const fs::path& dir, const TrainConfig& config, Transformer& model,
-                     AdamW& optimizer, int64_t step) {
-  const fs::path tmp = dir.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  ParameterStore& store = model.parameters();
-  const auto& specs = model.registry().specs();
-
-  SafetensorsWriter weights;
-  weights.add_metadata("format", "lattice-single-rank");
-  for (int i = 0; i < int(specs.size()); ++i) weights.add(specs[size_t(i)].name, store.master(i));
-  weights.write(tmp / "model.safetensors");
-
-  SafetensorsWriter moments;
-  for (int i = 0; i < int(specs.size()); ++i) {
-    const ParameterSpec& spec = specs[size_t(i)];
-    const int64_t begin = spec.offset, end = begin + spec.shape.numel();
-    moments.add(spec.name + ".exp_avg", optimizer.m().slice_rows(begin, end).view(spec.shape));
-    moments.add(spec.name + ".exp_avg_sq", optimizer.v().slice_rows(begin, end).view(spec.shape));
-  }
-  moments.write(tmp / "optimizer.safetensors");
-
-  nlohmann::json state = {
-      {"format_version", kCheckpointFormatVersion},         {"step", step},
-      {"model", model_config_to_json(model.config())},      {"tokenizer", config.tokenizer},
-      {"compute_dtype", dtype_name(model.compute_dtype())}, {"seed", config.seed}};
-  write_text(tmp / "state.json", state.dump(2));
-
-  // Replace the previous checkpoint only once the new one is complete.
-  const fs::path old = dir.string() + ".old";
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
-  fs::rename(tmp, dir);
-  fs::remove_all(old);
-}
-
-CheckpointInfo read_checkpoint_info(const fs::path& dir) {
-  nlohmann::json state = read_json(dir / "state.json");
-  try {
+    nlohmann::json state = nlohmann::json::parse(in);
     int version = state.at("format_version").get<int>();
-    if (version != kCheckpointFormatVersion) {
+    if (version != kLegacyFormatVersion) {
       LATTICE_THROW(IoError, "'{}' has format version {}, this build reads version {}",
-                    (dir / "state.json").string(), version, kCheckpointFormatVersion);
+                    path.string(), version, kLegacyFormatVersion);
     }
+    return state;
+  } catch (const nlohmann::json::exception& e) {
+    LATTICE_THROW(IoError, "'{}' is not a valid checkpoint state: {}", path.string(), e.what());
+  }
+}
+
+std::string exp_avg_name(const std::string& name) {
+  return name + ".exp_avg";
+}
+std::string exp_avg_sq_name(const std::string& name) {
+  return name + ".exp_avg_sq";
+}
+
+// The moments of parameter `spec` as a tensor of its shape (views into the flat buffers).
+Tensor moment_of(Tensor& flat, const ParameterSpec& spec) {
+  return flat.slice_rows(spec.offset, spec.offset + spec.shape.numel()).view(spec.shape);
+}
+
+nlohmann::json state_json(const TrainConfig& config, const Transformer& model,
+                          const TrainingState& state) {
+  return {{"step", state.step},
+          {"lr_step", state.lr_step},
+          {"data_position", data_position_to_json(state.data)},
+          {"seed", state.seed},
+          {"model", model_config_to_json(model.config())},
+          {"tokenizer", config.tokenizer},
+          {"compute_dtype", std::string(dtype_name(model.compute_dtype()))}};
+}
+
+// The whole-store functions below need moments for the whole store; a ZeRO rank's optimizer
+// holds only its range and goes through flat_range.h instead.
+void expect_whole_store_moments(AdamW& optimizer, std::string_view op) {
+  const int64_t total = optimizer.store().registry().total_elements();
+  if (optimizer.m().numel() != total || optimizer.v().numel() != total) {
+    LATTICE_THROW(ValueError,
+                  "{}: the optimizer holds moments for {} of {} store elements (ZeRO-sharded) "
+                  "---> HINT: write and read its range with flat_range_shards / read_flat_range",
+                  op, optimizer.m().numel(), total);
+  }
+}
+
+CheckpointInfo info_from_state(const nlohmann::json& state, const fs::path& file) {
+  try {
     CheckpointInfo info;
     info.model = model_config_from_json(state.at("model"));
     info.tokenizer = state.at("tokenizer").get<std::string>();
@@ -89,31 +84,132 @@ CheckpointInfo read_checkpoint_info(const fs::path& dir) {
     info.seed = state.at("seed").get<uint64_t>();
     return info;
   } catch (const nlohmann::json::exception& e) {
-    LATTICE_THROW(IoError, "'{}' is missing a field: {}", (dir / "state.json").string(), e.what());
+    LATTICE_THROW(IoError, "'{}' is missing a field: {}", file.string(), e.what());
   }
+}
+
+}  // namespace
+
+std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer) {
+  expect_whole_store_moments(optimizer, "model_optimizer_shards");
+  ParameterStore& store = model.parameters();
+  const auto& specs = model.registry().specs();
+  std::vector<OwnedShard> shards;
+  shards.reserve(specs.size() * 3);
+  for (int i = 0; i < int(specs.size()); ++i) {
+    const ParameterSpec& spec = specs[size_t(i)];
+    shards.push_back(OwnedShard::whole(spec.name, store.master(i)));
+    shards.push_back(OwnedShard::whole(exp_avg_name(spec.name), moment_of(optimizer.m(), spec)));
+    shards.push_back(OwnedShard::whole(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec)));
+  }
+  return shards;
+}
+
+Manifest training_manifest(const TrainConfig& config, const Transformer& model,
+                           const TrainingState& state) {
+  Manifest manifest;
+  manifest.step = state.step;
+  manifest.config_hash = fmt::format("{:08x}", crc32c(model_config_to_json(model.config()).dump()));
+  manifest.layout = CheckpointLayout{};
+  manifest.state = state_json(config, model, state);
+  return manifest;
+}
+
+fs::path save_training_checkpoint(const fs::path& root, const TrainConfig& config,
+                                  Transformer& model, AdamW& optimizer, const TrainingState& state,
+                                  const CommitOptions& options) {
+  fs::create_directories(root);
+  return save_sharded_checkpoint(CheckpointRoot(root), training_manifest(config, model, state),
+                                 model_optimizer_shards(model, optimizer), options);
+}
+
+TrainingState training_state_from_manifest(const Manifest& manifest) {
+  try {
+    const nlohmann::json& s = manifest.state;
+    TrainingState state;
+    state.step = s.at("step").get<int64_t>();
+    state.lr_step = s.at("lr_step").get<int64_t>();
+    state.data = data_position_from_json(s.at("data_position"));
+    state.seed = s.at("seed").get<uint64_t>();
+    return state;
+  } catch (const nlohmann::json::exception& e) {
+    LATTICE_THROW(IoError, "checkpoint manifest at step {} lacks training state: {}", manifest.step,
+                  e.what());
+  }
+}
+
+TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, AdamW& optimizer) {
+  expect_whole_store_moments(optimizer, "load_training_checkpoint");
+  CheckpointReader reader(dir);
+  ParameterStore& store = model.parameters();
+  const auto& specs = model.registry().specs();
+  for (int i = 0; i < int(specs.size()); ++i) {
+    const ParameterSpec& spec = specs[size_t(i)];
+    reader.read_global(spec.name, store.master(i));
+    reader.read_global(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
+    reader.read_global(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
+  }
+  store.refresh_compute_copy();
+  TrainingState state = training_state_from_manifest(reader.manifest());
+  optimizer.set_steps_taken(state.step);
+  return state;
+}
+
+void save_checkpoint(const fs::path& dir, const TrainConfig& config, Transformer& model,
+                     AdamW& optimizer, int64_t step) {
+  const fs::path staging = dir.string() + ".tmp";
+  fs::remove_all(staging);
+  fs::create_directories(staging);
+  TrainingState state;
+  state.step = step;
+  state.lr_step = step;
+  state.seed = config.seed;
+  std::vector<RankWriteResult> results{
+      write_rank_shards(staging, 0, model_optimizer_shards(model, optimizer))};
+  commit_checkpoint_dir(staging, dir, training_manifest(config, model, state), results);
+}
+
+CheckpointInfo read_checkpoint_info(const fs::path& dir) {
+  if (is_legacy(dir)) return info_from_state(read_legacy_state(dir), dir / "state.json");
+  return info_from_state(read_manifest(dir).state, dir / kManifestFileName);
 }
 
 std::unique_ptr<Transformer> load_checkpoint_model(const fs::path& dir, Arena& arena,
                                                    CheckpointInfo* info_out) {
   CheckpointInfo info = read_checkpoint_info(dir);
   auto model = std::make_unique<Transformer>(info.model, arena, info.compute_dtype);
-  SafetensorsReader reader(dir / "model.safetensors");
   ParameterStore& store = model->parameters();
   const auto& specs = model->registry().specs();
-  for (int i = 0; i < int(specs.size()); ++i) reader.read(specs[size_t(i)].name, store.master(i));
+  if (is_legacy(dir)) {
+    SafetensorsReader reader(dir / "model.safetensors");
+    for (int i = 0; i < int(specs.size()); ++i) reader.read(specs[size_t(i)].name, store.master(i));
+  } else {
+    CheckpointReader reader(dir);
+    for (int i = 0; i < int(specs.size()); ++i) {
+      reader.read_global(specs[size_t(i)].name, store.master(i));
+    }
+  }
   store.refresh_compute_copy();
   if (info_out != nullptr) *info_out = info;
   return model;
 }
 
 int64_t load_checkpoint_optimizer(const fs::path& dir, AdamW& optimizer) {
+  expect_whole_store_moments(optimizer, "load_checkpoint_optimizer");
   CheckpointInfo info = read_checkpoint_info(dir);
-  SafetensorsReader reader(dir / "optimizer.safetensors");
   const auto& specs = optimizer.store().registry().specs();
-  for (const ParameterSpec& spec : specs) {
-    const int64_t begin = spec.offset, end = begin + spec.shape.numel();
-    reader.read(spec.name + ".exp_avg", optimizer.m().slice_rows(begin, end).view(spec.shape));
-    reader.read(spec.name + ".exp_avg_sq", optimizer.v().slice_rows(begin, end).view(spec.shape));
+  if (is_legacy(dir)) {
+    SafetensorsReader reader(dir / "optimizer.safetensors");
+    for (const ParameterSpec& spec : specs) {
+      reader.read(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
+      reader.read(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
+    }
+  } else {
+    CheckpointReader reader(dir);
+    for (const ParameterSpec& spec : specs) {
+      reader.read_global(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
+      reader.read_global(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
+    }
   }
   optimizer.set_steps_taken(info.step);
   return info.step;

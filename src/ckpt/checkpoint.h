@@ -1,18 +1,22 @@
-// Single-rank checkpoints and Hugging Face weights.
+// Training checkpoints on top of the sharded format (manifest.h, shard_writer.h,
+// shard_reader.h), and Hugging Face weights.
 //
-// A checkpoint is a directory:
-//   model.safetensors      fp32 master weights under their global names
-//   optimizer.safetensors  AdamW moments: "<name>.exp_avg", "<name>.exp_avg_sq"
-//   state.json             format version, step, model config, tokenizer, precision, seed
-// It is written into "<dir>.tmp" and renamed into place, so a crash leaves the previous
-// checkpoint (if any) intact. (Sharded, resharding checkpoints are a later layer of ckpt/.)
+// A checkpoint directory holds rank_NNNNN.safetensors shard files and manifest.json. The model
+// is stored as fp32 master weights under their global names, the AdamW moments as
+// "<name>.exp_avg" and "<name>.exp_avg_sq", and the manifest's "state" holds the step, the LR
+// schedule position, the data loader position, the seed, the model config, tokenizer and
+// compute dtype. Directories written by the earlier single-rank format (state.json,
+// model.safetensors, optimizer.safetensors) are still read by the load functions below.
 #pragma once
 
 #include <filesystem>
 #include <memory>
 #include <string>
 
+#include "ckpt/shard_reader.h"
+#include "ckpt/shard_writer.h"
 #include "core/arena.h"
+#include "data/data_position.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -29,9 +33,43 @@ struct CheckpointInfo {
   uint64_t seed = 0;
 };
 
+// Everything besides tensors that a resumed run needs to continue exactly.
+struct TrainingState {
+  int64_t step = 0;     // optimizer updates done
+  int64_t lr_step = 0;  // position in the LR schedule (LrSchedule::at(lr_step) comes next)
+  DataPosition data;    // next window of the loader
+  uint64_t seed = 0;    // the run's seed (Philox streams are pure functions of it and the step)
+
+  bool operator==(const TrainingState&) const = default;
+};
+
+// The shards a single rank owning everything writes: every parameter's master weights and both
+// moments, whole. ValueError for a ZeRO-sharded optimizer (moments of a range only): such a
+// rank writes flat_range_shards (flat_range.h) of its range instead.
+std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer);
+// A manifest header (step, config hash, layout {1,1,1,1,0}, state) for this run.
+Manifest training_manifest(const TrainConfig& config, const Transformer& model,
+                           const TrainingState& state);
+
+// Writes <root>/step_N by the full commit protocol (shard_writer.h): updates `latest`,
+// prunes beyond options.keep_last.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root,
+                                               const TrainConfig& config, Transformer& model,
+                                               AdamW& optimizer, const TrainingState& state,
+                                               const CommitOptions& options = {});
+// Verifies the checkpoint, loads master weights and moments into `model` and `optimizer`
+// (shapes and dtypes must match: errors list both) and returns the training state. The
+// optimizer must hold whole-store moments (a ZeRO rank reads its range with read_flat_range).
+TrainingState load_training_checkpoint(const std::filesystem::path& dir, Transformer& model,
+                                       AdamW& optimizer);
+TrainingState training_state_from_manifest(const Manifest& manifest);
+
+// Writes the sharded format into `dir` itself (staged in "<dir>.tmp", committed with a
+// manifest; an existing `dir` is replaced only once the new one is complete).
 void save_checkpoint(const std::filesystem::path& dir, const TrainConfig& config,
                      Transformer& model, AdamW& optimizer, int64_t step);
-// Reads state.json; IoError naming the file and the fix when it is missing or malformed.
+// Reads the manifest (or a legacy state.json); IoError naming the file and the fix when it is
+// missing or malformed.
 CheckpointInfo read_checkpoint_info(const std::filesystem::path& dir);
 // Builds the model of the checkpoint and loads its weights (compute dtype as trained).
 std::unique_ptr<Transformer> load_checkpoint_model(const std::filesystem::path& dir, Arena& arena,

@@ -45,7 +45,6 @@ nlohmann::json hf_config(const ModelConfig& c) {
     if (c.norm != NormKind::kLayerNorm) refuse("its norm is not layernorm");
     if (c.position != PositionKind::kLearned) refuse("its positions are not learned");
     if (c.mlp != MlpKind::kGelu) refuse("its MLP is not gelu");
-    if (!c.bias) refuse("it has no biases");
     if (c.n_kv_head != c.n_head) refuse("it uses grouped-query attention");
     return {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
@@ -101,6 +100,24 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
       continue;
     }
     int index = registry.find(name);
+    if (index < 0 && config.family == ModelFamily::kGpt2 && !config.bias &&
+        ends_with(name, ".bias")) {
+      // A bias-free model exported to Hugging Face's GPT-2 carries zero biases: accept exactly
+      // those, refuse real ones.
+      Arena scratch("import");
+      Tensor values = Tensor::empty(scratch, t.shape, DType::kF32);
+      reader.read(t.name, values, DTypePolicy::kConvert);
+      for (int64_t i = 0; i < values.numel(); ++i) {
+        if (values.data<float>()[i] != 0.0f) {
+          LATTICE_THROW(IoError,
+                        "{}: tensor '{}' holds non-zero biases but model '{}' has none ---> HINT: "
+                        "set model.bias = true",
+                        file.string(), t.name, config.name);
+        }
+      }
+      skipped.push_back(t.name);
+      continue;
+    }
     if (index < 0) {
       unexpected.push_back(
           fmt::format("{} {}{}", t.name, safetensors_dtype_name(t.dtype), t.shape.to_string()));
@@ -143,13 +160,35 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
 }
 
 void export_hf(const fs::path& dir, Transformer& model) {
-  nlohmann::json config = hf_config(model.config());
+  const ModelConfig& c = model.config();
+  nlohmann::json config = hf_config(c);
   fs::create_directories(dir);
   ParameterStore& store = model.parameters();
   const auto& specs = model.registry().specs();
+  // Declared before the writer and the tensors it references, so it outlives them.
+  Arena scratch("export");
   SafetensorsWriter writer;
   writer.add_metadata("format", "pt");
   for (int i = 0; i < int(specs.size()); ++i) writer.add(specs[size_t(i)].name, store.master(i));
+  // Hugging Face's GPT-2 always has biases; a model trained without them is the same function
+  // with zero biases, so those are written as zeros (exact).
+  std::vector<Tensor> zero_biases;
+  if (c.family == ModelFamily::kGpt2 && !c.bias) {
+    auto zeros = [&](const std::string& name, int64_t n) {
+      zero_biases.push_back(Tensor::zeros(scratch, {n}, DType::kF32));
+      writer.add(name, zero_biases.back());
+    };
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      std::string h = fmt::format("transformer.h.{}.", l);
+      zeros(h + "ln_1.bias", c.d_model);
+      zeros(h + "attn.c_attn.bias", c.d_model + 2 * c.kv_width());
+      zeros(h + "attn.c_proj.bias", c.d_model);
+      zeros(h + "ln_2.bias", c.d_model);
+      zeros(h + "mlp.c_fc.bias", c.d_ff);
+      zeros(h + "mlp.c_proj.bias", c.d_model);
+    }
+    zeros("transformer.ln_f.bias", c.d_model);
+  }
   writer.write(dir / "model.safetensors");
   std::string text = config.dump(2) + "\n";
   AtomicFileWriter out(dir / "config.json");

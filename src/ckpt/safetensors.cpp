@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "ckpt/crc32c.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -341,7 +342,7 @@ void SafetensorsWriter::add_metadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
 }
 
-void SafetensorsWriter::write(const std::filesystem::path& path) const {
+SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& path) const {
   // Data order: larger elements first, then by name, so each tensor starts aligned to its
   // element size (the data itself starts 8-byte aligned).
   std::vector<const std::pair<std::string, Tensor>*> order;
@@ -380,12 +381,20 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
   std::array<std::byte, 8> length{};
   for (size_t i = 0; i < 8; ++i) length[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
   AtomicFileWriter out(path);
-  out.write(length);
-  out.write(text.data(), text.size());
+  SafetensorsFileSummary summary;
+  auto emit = [&](const void* data, size_t size) {
+    std::span<const std::byte> bytes(static_cast<const std::byte*>(data), size);
+    out.write(bytes);
+    summary.crc32c = crc32c_extend(summary.crc32c, bytes);
+    summary.size += size;
+  };
+  emit(length.data(), length.size());
+  emit(text.data(), text.size());
   for (const auto* entry : order) {
-    if (entry->second.nbytes() > 0) out.write(entry->second.raw_data(), entry->second.nbytes());
+    if (entry->second.nbytes() > 0) emit(entry->second.raw_data(), entry->second.nbytes());
   }
   out.commit();
+  return summary;
 }
 
 }  // namespace lattice

@@ -90,6 +90,12 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// What write() put on disk: checkpoint manifests record both so a load can verify the file.
+struct SafetensorsFileSummary {
+  uint64_t size = 0;    // bytes
+  uint32_t crc32c = 0;  // of all bytes, header included (ckpt/crc32c.h)
+};
+
 // Collects tensors and metadata, then writes one safetensors file. The bytes are a pure
 // function of the contents: the data is laid out by descending element size, then by name (as
 // the reference writer does, so every tensor starts aligned to its element size), the header
@@ -102,7 +108,8 @@ class SafetensorsWriter {
   // ValueError for an empty, reserved or repeated name, or an undefined tensor.
   void add(std::string name, const Tensor& tensor);
   void add_metadata(std::string key, std::string value);
-  void write(const std::filesystem::path& path) const;
+  // The summary is computed from the bytes as they are written (no second pass over the file).
+  SafetensorsFileSummary write(const std::filesystem::path& path) const;
 
  private:
   std::vector<std::pair<std::string, Tensor>> tensors_;

@@ -9,6 +9,8 @@ void register_commands(CLI::App& app) {
   register_plan_command(app);
   register_data_command(app);
   register_bench_comm_command(app);
+  register_bench_command(app);
+  register_ckpt_command(app);
 }
 
 }  // namespace lattice::cli

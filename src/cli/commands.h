@@ -13,5 +13,7 @@ void register_export_command(CLI::App& app);
 void register_plan_command(CLI::App& app);
 void register_data_command(CLI::App& app);
 void register_bench_comm_command(CLI::App& app);
+void register_bench_command(CLI::App& app);  // bench train, bench calibrate
+void register_ckpt_command(CLI::App& app);   // ckpt inspect
 
 }  // namespace lattice::cli

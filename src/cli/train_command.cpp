@@ -1,14 +1,18 @@
-// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE]`: trains on one rank with a
-// progress line per step, validation every eval.interval steps, a final checkpoint and, if
-// sample.tokens > 0, sampled text at the end.
+// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1 ...]`:
+// trains with a progress line per step, validation every eval.interval steps, a final
+// checkpoint and, if sample.tokens > 0, sampled text at the end. With --dp N it runs N
+// in-process data-parallel ranks (docs/data-parallel.md); every replica evaluates, rank 0
+// alone prints, writes metrics and checkpoints (its replica holds the same parameters as all).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
 
 #include "ckpt/checkpoint.h"
 #include "cli/commands.h"
+#include "comm/thread_world.h"
 #include "core/cpu_peak.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
@@ -26,6 +30,10 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string metrics;
   std::string init_from;
+  int dp = 1;
+  int zero = 0;
+  double bucket_mb = 1.0;
+  bool check_replicas = false;
 };
 
 void print_sample(Transformer& model, const TrainConfig& config) {
@@ -36,29 +44,38 @@ void print_sample(Transformer& model, const TrainConfig& config) {
              config.sample_temperature, tokenizer->decode(tokens));
 }
 
-void run_train(const TrainArgs& args) {
+// One rank's training loop; `comm` is null for a single rank.
+void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* comm) {
   Stopwatch wall;
-  TrainConfig config = load_train_config(args.config, args.overrides);
-  Arena arena("rank0");
-  Trainer trainer(config, arena);
-  config = trainer.config();  // with the batch resolved
+  const bool lead = comm == nullptr || comm->rank() == 0;
+  Arena arena(fmt::format("rank{}", comm == nullptr ? 0 : comm->rank()));
+  DataParallelSetup parallel{.dp = comm,
+                             .zero = args.zero,
+                             .bucket_bytes = int64_t(args.bucket_mb * double(1 << 20)),
+                             .check_replicas = args.check_replicas};
+  Trainer trainer(loaded, arena, parallel);
+  const TrainConfig& config = trainer.config();  // with the batch resolved
   if (!args.init_from.empty()) {
     load_hf_weights(args.init_from, trainer.model());
-    fmt::print("initialised from {}\n", args.init_from);
+    if (lead) fmt::print("initialised from {}\n", args.init_from);
   }
 
   const int threads = thread_budget();
-  const double peak = measured_fp32_peak_flops_per_thread() * threads;
-  fmt::print(
-      "lattice train: {} ({} parameters) | {} | global batch {} = {} x {} micro-batches of T={} "
-      "({} tokens) | {} steps | {} thread(s), fp32 peak {:.1f} GFLOP/s\n",
-      config.model.name, trainer.model().registry().total_elements(),
-      config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
-      config.global_batch, config.micro_batch, config.micro_batches, config.seq_len,
-      config.tokens_per_step(), config.steps, threads, peak / 1e9);
+  const double peak = measured_fp32_peak_flops_per_thread() * threads * args.dp;
+  if (lead) {
+    fmt::print(
+        "lattice train: {} ({} parameters) | {} | global batch {} = {} x {} micro-batches x dp {} "
+        "of T={} ({} tokens) | {} steps | {} rank(s) x {} thread(s){}, fp32 peak {:.1f} GFLOP/s\n",
+        config.model.name, trainer.model().registry().total_elements(),
+        config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
+        config.global_batch, config.micro_batch, config.micro_batches, args.dp, config.seq_len,
+        config.tokens_per_step(), config.steps, args.dp, threads,
+        args.dp > 1 ? fmt::format(", zero {}, buckets of {} MB", args.zero, args.bucket_mb) : "",
+        peak / 1e9);
+  }
 
   std::optional<MetricsLog> metrics;
-  if (!args.metrics.empty()) metrics.emplace(args.metrics);
+  if (lead && !args.metrics.empty()) metrics.emplace(args.metrics);
   std::optional<double> last_val;
   for (int64_t s = 0; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
@@ -66,16 +83,30 @@ void run_train(const TrainArgs& args) {
     const bool eval_due =
         trainer.has_validation() &&
         ((config.eval_interval > 0 && m.step % config.eval_interval == 0) || last);
+    // Every replica evaluates (they hold the same weights), so no rank idles in the next step's
+    // collectives for the length of an evaluation, however long it takes.
     if (eval_due) last_val = m.val_loss = trainer.evaluate();
+    if (!lead) continue;
     if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1) {
       fmt::print("{}\n", format_progress(m, config.steps, peak));
       std::fflush(stdout);
     }
     if (metrics) metrics->write(m, peak);
   }
+  if (!lead) return;
   fmt::print("trained {} steps in {:.1f} s", config.steps, wall.seconds());
   if (last_val) fmt::print(" | final validation loss {:.4f}", *last_val);
   fmt::print("\n");
+  if (const GradReducer* reducer = trainer.grad_reducer()) {
+    const double comm_s = reducer->communication_seconds();
+    const double exposed_s = reducer->exposed_seconds();
+    fmt::print(
+        "gradient reduction (rank 0): {} buckets, {:.2f} ms/step on the comm thread, {:.2f} "
+        "ms/step exposed after backward ({:.0f}% hidden)\n",
+        reducer->buckets().size(), 1e3 * comm_s / double(config.steps),
+        1e3 * exposed_s / double(config.steps),
+        comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
+  }
 
   if (!config.out_dir.empty()) {
     std::filesystem::path dir = std::filesystem::path(config.out_dir) / "final";
@@ -83,6 +114,28 @@ void run_train(const TrainArgs& args) {
     fmt::print("checkpoint written to {}\n", dir.string());
   }
   if (config.sample_tokens > 0) print_sample(trainer.model(), config);
+}
+
+void run_train(const TrainArgs& args) {
+  TrainConfig config = load_train_config(args.config, args.overrides);
+  const int cores = available_cores();
+  if (args.dp < 1 || args.dp * std::max(1, config.threads) > cores) {
+    LATTICE_THROW(ConfigError,
+                  "--dp {} with train.threads = {} needs {} cores but {} are available ---> HINT: "
+                  "ranks x threads must not exceed the cores; lower --dp or train.threads",
+                  args.dp, config.threads, args.dp * std::max(1, config.threads), cores);
+  }
+  if (args.zero >= 1 && !config.out_dir.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "--zero {} shards the optimizer state, which checkpoints cannot save yet ---> "
+                  "HINT: add --set output.dir= (no checkpoint) or use --zero 0",
+                  args.zero);
+  }
+  if (args.dp == 1) {
+    train_rank(args, config, nullptr);
+    return;
+  }
+  run_ranks(args.dp, [&](Communicator& comm) { train_rank(args, config, &comm); });
 }
 
 }  // namespace
@@ -96,6 +149,14 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--metrics", args->metrics, "Write one JSON object per step to this file");
   cmd->add_option("--init-from", args->init_from,
                   "Start from Hugging Face safetensors weights of a matching config");
+  cmd->add_option("--dp", args->dp, "Data-parallel in-process ranks (threads transport)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--zero", args->zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded")
+      ->check(CLI::Range(0, 1));
+  cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size in MB (dp > 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--check-replicas", args->check_replicas,
+                "After every step, check that all dp replicas hold identical parameters");
   cmd->callback([args] { run_train(*args); });
 }
 

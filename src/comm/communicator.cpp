@@ -214,21 +214,29 @@ void Communicator::throw_timeout(const CallSpec& call, uint64_t seq, const PeerT
   auto waited = std::find(members_.begin(), members_.end(), e.peer());
   int waited_rank = waited == members_.end() ? -1 : int(waited - members_.begin());
   const auto timeout = call.options.timeout.count() > 0 ? call.options.timeout : config_.timeout;
-  std::string who =
-      !missing ? fmt::format(
-                     "rank {} did not answer (the {} transport cannot tell which ranks "
-                     "entered the call)",
-                     waited_rank, transport_name(transport_->kind()))
-      : missing->empty() ? fmt::format("every rank arrived but rank {} stalled", waited_rank)
-                         : fmt::format("ranks {} did not arrive", *missing);
+  std::string who;
+  if (e.peer() < 0) {  // a native collective: MPI does not say who is missing
+    who = fmt::format("{} (the {} transport cannot tell which ranks entered the call)", e.what(),
+                      transport_name(transport_->kind()));
+  } else if (!missing) {
+    who = fmt::format(
+        "rank {} did not answer, this rank was waiting on it (the {} transport "
+        "cannot tell which ranks entered the call)",
+        waited_rank, transport_name(transport_->kind()));
+  } else if (missing->empty()) {
+    who = fmt::format("every rank arrived but rank {}, which this rank was waiting on, stalled",
+                      waited_rank);
+  } else {
+    who = fmt::format("ranks {} did not arrive (this rank was waiting on rank {})", *missing,
+                      waited_rank);
+  }
   LATTICE_THROW(TimeoutError,
                 "{} on group '{}' (sequence number {}, {} ranks) timed out after {} ms on rank "
-                "{}: {} (this rank was waiting on rank {}) ---> HINT: every rank of the group "
+                "{}: {} ---> HINT: every rank of the group "
                 "must make the same collective calls in the same order; raise the timeout "
                 "(CollectiveOptions::timeout, CommConfig::timeout) only if a rank is legitimately "
                 "slow",
-                collective_name(call.collective), name_, seq, size(), timeout.count(), rank_, who,
-                waited_rank);
+                collective_name(call.collective), name_, seq, size(), timeout.count(), rank_, who);
 }
 
 void* Communicator::work_buffer(size_t bytes) {

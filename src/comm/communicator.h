@@ -8,7 +8,8 @@
 //
 // Buffers: all_reduce and broadcast work in place; reduce_scatter takes n * c elements and
 // leaves this rank's c; all_gather takes c and leaves n * c (the input may be the output's
-// block `rank()`); reduce leaves the result in `output` on the root only. bf16 sums are
+// block `rank()`); reduce writes the result to `output` on the root only (every rank passes
+// one). bf16 sums are
 // accumulated in fp32 and rounded once at the end.
 #pragma once
 

@@ -49,12 +49,24 @@ Counts algorithm_counts(Collective c, Algorithm a, int group_size) {
 
 }  // namespace
 
+double CostModel::predict(double bytes) const {
+  if (samples.size() >= 2 && bytes >= samples.front().first && bytes <= samples.back().first) {
+    auto hi = std::lower_bound(samples.begin(), samples.end(), bytes,
+                               [](const auto& s, double b) { return s.first < b; });
+    if (hi == samples.begin()) return hi->second;
+    auto lo = hi - 1;
+    double t = (bytes - lo->first) / (hi->first - lo->first);
+    return lo->second + t * (hi->second - lo->second);
+  }
+  return alpha + beta * bytes;
+}
+
 CostModel default_cost_model(Collective collective, Algorithm algorithm, int group_size,
                              double step_seconds, double byte_seconds) {
   Counts k = algorithm_counts(collective, algorithm, group_size);
   if (algorithm == Algorithm::kNative)
     k = algorithm_counts(collective, Algorithm::kRing, group_size);
-  return CostModel{k.steps * step_seconds, k.volume * byte_seconds};
+  return CostModel{k.steps * step_seconds, k.volume * byte_seconds, {}};
 }
 
 CostModel fit_cost_model(const std::vector<std::pair<double, double>>& bytes_seconds) {
@@ -74,7 +86,9 @@ CostModel fit_cost_model(const std::vector<std::pair<double, double>>& bytes_sec
   double beta = denom > 0 ? (sw * sxy - sx * sy) / denom : 0;
   beta = std::max(beta, 0.0);
   double alpha = std::max((sy - beta * sx) / sw, 0.0);
-  return CostModel{alpha, beta};
+  CostModel model{alpha, beta, bytes_seconds};
+  std::sort(model.samples.begin(), model.samples.end());
+  return model;
 }
 
 void CostProfile::set(Collective collective, Algorithm algorithm, int group_size, CostModel model) {
@@ -96,7 +110,8 @@ void CostProfile::save(const std::string& path, TransportKind transport) const {
                       {"algorithm", algorithm_name(a)},
                       {"group_size", n},
                       {"alpha", m.alpha},
-                      {"beta", m.beta}});
+                      {"beta", m.beta},
+                      {"samples", m.samples}});
   }
   nlohmann::json doc = {{"transport", transport_name(transport)}, {"models", models}};
   std::ofstream out(path);
@@ -121,9 +136,13 @@ CostProfile CostProfile::load(const std::string& path) {
       int c = 0;
       while (c < kCollectiveCount && collective_name(Collective(c)) != name) ++c;
       if (c == kCollectiveCount) LATTICE_THROW(ConfigError, "unknown collective '{}'", name);
+      CostModel model{m.at("alpha").get<double>(), m.at("beta").get<double>(), {}};
+      if (m.contains("samples")) {
+        model.samples = m.at("samples").get<std::vector<std::pair<double, double>>>();
+        std::sort(model.samples.begin(), model.samples.end());
+      }
       profile.set(Collective(c), parse_algorithm(m.at("algorithm").get<std::string>()),
-                  m.at("group_size").get<int>(),
-                  CostModel{m.at("alpha").get<double>(), m.at("beta").get<double>()});
+                  m.at("group_size").get<int>(), model);
     }
   } catch (const nlohmann::json::exception& e) {
     LATTICE_THROW(ConfigError, "malformed comm profile '{}': {}", path, e.what());

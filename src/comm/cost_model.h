@@ -20,7 +20,11 @@ namespace lattice {
 struct CostModel {
   double alpha = 0;  // seconds
   double beta = 0;   // seconds per byte of message
-  double predict(double bytes) const { return alpha + beta * bytes; }
+  // Measured (bytes, seconds) points, ascending in bytes. When present, predict() interpolates
+  // linearly between neighbouring points (a local alpha-beta per size range: caches make one
+  // line over 4 KiB..256 MiB a poor fit) and uses alpha + beta * bytes outside them.
+  std::vector<std::pair<double, double>> samples;
+  double predict(double bytes) const;
 };
 
 // The textbook step and volume counts of each algorithm priced with per-step latency

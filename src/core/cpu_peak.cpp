@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/timer.h"
@@ -10,58 +11,118 @@ namespace lattice {
 
 namespace {
 
-// 12 independent accumulator chains hide the FMA latency (4 cycles × 2 ports + slack).
-double fma_loop(long iterations) {
-#if defined(__AVX512F__)
-  __m512 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+// Sum of the 16 lanes. (_mm512_reduce_add_ps trips GCC 12's -Wuninitialized in its own header.)
+__attribute__((target("avx512f"))) float horizontal_sum(__m512 v) {
   alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  volatile float sink = lanes[0] + lanes[15];
-  (void)sink;
-  return double(iterations) * 12.0 * 16.0 * 2.0;
-#elif defined(__AVX2__)
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  _mm512_store_ps(lanes, v);
+  float sum = 0;
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+// The fallback without AVX-512: kPeakChains × 8 scalar chains that the compiler vectorises for
+// whatever ISA the build targets. Returns the FLOPs it ran.
+double portable_fma_loop(int64_t repeats) {
+  float acc[kPeakChains][8];
+  for (int c = 0; c < kPeakChains; ++c) std::fill_n(acc[c], 8, 1.0f + 0.001f * float(c));
+  for (int64_t r = 0; r < repeats; ++r) {
+    for (auto& chain : acc) {
+      for (float& lane : chain) lane = lane * 0.999999f + 1e-6f;
+    }
   }
-  volatile float sink = acc[0][0] + acc[11][0];
+  volatile float sink = acc[0][0] + acc[kPeakChains - 1][7];
   (void)sink;
-  return double(iterations) * 12.0 * 8.0 * 2.0;
-#else
-  float acc[8] = {0};
-  for (long it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 8; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
+  return 2.0 * 8 * kPeakChains * double(repeats);
+}
+
+// Best FLOP/s of 3 timed runs of `run(repeats) -> FLOPs`, growing `repeats` until a run lasts
+// about `seconds`.
+template <typename Run>
+double best_flops_per_second(Run run, double seconds) {
+  run(int64_t(1) << 14);  // warm up the vector units (they power up on first use)
+  int64_t repeats = int64_t(1) << 16;
+  double best = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Stopwatch watch;
+    const double flops = run(repeats);
+    const double elapsed = std::max(watch.seconds(), 1e-9);
+    best = std::max(best, flops / elapsed);
+    if (elapsed < seconds) repeats = int64_t(double(repeats) * seconds / elapsed);
   }
-  volatile float sink = acc[0];
-  (void)sink;
-  return double(iterations) * 8.0 * 2.0;
-#endif
+  return best;
 }
 
 }  // namespace
+
+bool has_avx512_fma() {
+  return __builtin_cpu_supports("avx512f");
+}
+
+bool has_avx512_bf16() {
+  return __builtin_cpu_supports("avx512bf16");
+}
+
+__attribute__((target("avx512f"))) float fp32_fma_loop(float start, int64_t repeats) {
+  __m512 acc[kPeakChains];
+  for (int c = 0; c < kPeakChains; ++c) acc[c] = _mm512_set1_ps(start + 0.001f * float(c));
+  const __m512 scale = _mm512_set1_ps(0.999999f);
+  const __m512 offset = _mm512_set1_ps(1e-6f);
+  for (int64_t r = 0; r < repeats; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kPeakChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], scale, offset);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kPeakChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return horizontal_sum(sum);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_loop(float start, int64_t repeats) {
+  __m512 acc[kPeakChains];
+  for (int c = 0; c < kPeakChains; ++c) acc[c] = _mm512_set1_ps(start + 0.001f * float(c));
+  // Each 32-bit lane holds a bf16 pair: x = (0.5, 0.5), y = (0.25, -0.25) (bits 0x3e80 and
+  // 0xbe80), so the two products of a pair cancel and the accumulators never grow.
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f003f00);
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(int32_t(0xbe803e80u));
+  for (int64_t r = 0; r < repeats; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kPeakChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, y);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kPeakChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return horizontal_sum(sum);
+}
 
 double measured_fp32_peak_flops_per_thread(double seconds) {
   static std::once_flag once;
   static double peak = 0.0;
   std::call_once(once, [&] {
-    fma_loop(100000);  // warm up the vector units
-    long iterations = 1 << 20;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      Stopwatch w;
-      double flops = fma_loop(iterations);
-      double s = w.seconds();
-      peak = std::max(peak, flops / s);
-      if (s < seconds) iterations = long(double(iterations) * seconds / std::max(s, 1e-6));
+    if (!has_avx512_fma()) {
+      peak = best_flops_per_second(portable_fma_loop, seconds);
+      return;
     }
+    peak = best_flops_per_second(
+        [](int64_t repeats) {
+          volatile float sink = fp32_fma_loop(1.0f, repeats);
+          (void)sink;
+          return fp32_fma_flops(repeats);
+        },
+        seconds);
+  });
+  return peak;
+}
+
+double measured_bf16_peak_flops_per_thread(double seconds) {
+  static std::once_flag once;
+  static double peak = 0.0;
+  std::call_once(once, [&] {
+    if (!has_avx512_bf16()) return;
+    peak = best_flops_per_second(
+        [](int64_t repeats) {
+          volatile float sink = bf16_dot_loop(1.0f, repeats);
+          (void)sink;
+          return bf16_dot_flops(repeats);
+        },
+        seconds);
   });
   return peak;
 }

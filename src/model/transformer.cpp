@@ -331,6 +331,20 @@ const Tensor& Transformer::logits() const {
   return acts_->logits;
 }
 
+void Transformer::report_grads_ready(std::initializer_list<int> params) const {
+  if (!grad_ready_hook_) return;
+  for (int p : params) {
+    if (p >= 0) grad_ready_hook_(p);
+  }
+}
+
+void Transformer::report_layer_grads_ready(const Layer& L) const {
+  report_grads_ready({L.norm1.weight, L.norm1.bias, L.out.weight, L.out.bias, L.norm2.weight,
+                      L.norm2.bias, L.up.weight, L.up.bias, L.gate.weight, L.gate.bias,
+                      L.down.weight, L.down.bias});
+  for (const Linear& q : L.qkv) report_grads_ready({q.weight, q.bias});
+}
+
 void Transformer::backward(float loss_scale) {
   LATTICE_CHECK(acts_ != nullptr && have_targets_,
                 "backward() needs a forward() with targets first");
@@ -351,9 +365,11 @@ void Transformer::backward(float loss_scale) {
   matmul(a.dln, dlogits, s.compute(lm_head_), Tensor(), {});
   Tensor dhead = s.grad(lm_head_);
   matmul(dhead, dlogits, a.lnf, Tensor(), {.transpose_a = true, .accumulate = true});
+  if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
   a.dresidual.zero_();
   norm_backward(c, s, Norm{lnf_w_, lnf_b_}, a.dresidual, a.dln, a.residual.back(), a.lnf_mean,
                 a.lnf_rstd);
+  report_grads_ready({lnf_w_, lnf_b_});
 
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
     const Layer& L = layers_[size_t(l)];
@@ -401,6 +417,7 @@ void Transformer::backward(float loss_scale) {
       linear_backward(s, L.qkv[2], a.dln, true, dv2, p.ln1);
     }
     norm_backward(c, s, L.norm1, a.dresidual, a.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);
+    report_layer_grads_ready(L);
   }
 
   // Embeddings.
@@ -410,6 +427,7 @@ void Transformer::backward(float loss_scale) {
     Tensor dwpe = s.grad(wpe_);
     position_embedding_backward(dwpe, a.dresidual.view({B, T, C}));
   }
+  report_grads_ready({wte_, wpe_});
 }
 
 }  // namespace lattice

@@ -7,6 +7,7 @@
 // logits, losses and every parameter gradient are f32. With compute dtype f32 all is f32.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,10 +45,18 @@ class Transformer {
   // Requires the last forward to have had targets.
   void backward(float loss_scale);
 
+  // Called by backward() with the index of each parameter as soon as its gradient is final for
+  // that backward, every parameter exactly once, in the same order on every rank: data-parallel
+  // buckets launch their reduction on it while backward goes on. Empty (the default): none.
+  using GradReadyHook = std::function<void(int param_index)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
  private:
   struct Layer;
   struct Activations;
   void ensure_activations(int64_t B, int64_t T);
+  void report_grads_ready(std::initializer_list<int> params) const;
+  void report_layer_grads_ready(const Layer& layer) const;
 
   ModelConfig config_;
   Arena& arena_;
@@ -58,6 +67,7 @@ class Transformer {
   std::unique_ptr<Activations> acts_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
   bool have_targets_ = false;
+  GradReadyHook grad_ready_hook_;
 };
 
 }  // namespace lattice

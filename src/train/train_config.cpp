@@ -291,6 +291,34 @@ std::vector<std::string> train_config_keys() {
 }
 
 std::string nearest_key(std::string_view key, const std::vector<std::string>& keys) {
+  // The names nanoGPT, llm.c and Hugging Face use for the same settings.
+  static const std::map<std::string, std::string, std::less<>> kAliases = {
+      {"learning_rate", "optim.lr"},
+      {"max_lr", "optim.lr"},
+      {"warmup_iters", "optim.warmup_steps"},
+      {"lr_decay_iters", "optim.decay_steps"},
+      {"max_iters", "train.steps"},
+      {"iters", "train.steps"},
+      {"num_steps", "train.steps"},
+      {"dtype", "train.precision"},
+      {"batch_size", "batch.micro_batch"},
+      {"gradient_accumulation_steps", "batch.micro_batches"},
+      {"block_size", "batch.seq_len"},
+      {"n_embd", "model.d_model"},
+      {"hidden_size", "model.d_model"},
+      {"n_inner", "model.d_ff"},
+      {"intermediate_size", "model.d_ff"},
+      {"num_hidden_layers", "model.n_layer"},
+      {"num_attention_heads", "model.n_head"},
+      {"num_key_value_heads", "model.n_kv_head"},
+      {"eval_interval", "eval.interval"},
+      {"eval_iters", "eval.batches"},
+      {"out_dir", "output.dir"},
+      {"seed", "train.seed"},
+  };
+  std::string_view last =
+      key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);
+  if (auto alias = kAliases.find(last); alias != kAliases.end()) return alias->second;
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const std::string& candidate : keys) {

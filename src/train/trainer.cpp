@@ -1,9 +1,13 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/thread_budget.h"
 #include "core/timer.h"
+#include "parallel/rank_sum.h"
+#include "parallel/replica_check.h"
+#include "parallel/zero_shards.h"
 #include "train/grad_norm.h"
 
 namespace lattice {
@@ -21,11 +25,37 @@ std::unique_ptr<TokenLoader> open_loader(const std::filesystem::path& path,
   return std::make_unique<TokenLoader>(std::move(file), lc);
 }
 
+// Each parameter's flat range, padding included, so the ranges tile [0, P).
+std::vector<FlatRange> flat_ranges(const ParameterRegistry& registry) {
+  const auto& specs = registry.specs();
+  std::vector<FlatRange> ranges;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t end = i + 1 < specs.size() ? specs[i + 1].offset : registry.total_elements();
+    ranges.push_back(FlatRange{specs[i].offset, end});
+  }
+  return ranges;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, Arena& arena) : config_(std::move(config)), arena_(arena) {
-  config_.resolve_batch(1);
-  set_thread_budget(config_.threads > 0 ? config_.threads : available_cores());
+Trainer::Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel)
+    : config_(std::move(config)), arena_(arena), parallel_(parallel) {
+  if (parallel_.dp != nullptr) {
+    dp_size_ = parallel_.dp->size();
+    dp_rank_ = parallel_.dp->rank();
+  }
+  if (parallel_.zero < 0 || parallel_.zero > 1) {
+    LATTICE_THROW(ConfigError,
+                  "zero stage {} is not supported ---> HINT: use --zero 0 (replicated) or 1 "
+                  "(optimizer state sharded over dp); stages 2 and 3 are not implemented yet",
+                  parallel_.zero);
+  }
+  config_.resolve_batch(dp_size_);
+  // Ranks × threads never exceed the cores (DESIGN.md invariant 7).
+  const int threads = parallel_.threads > 0 ? parallel_.threads
+                      : config_.threads > 0 ? config_.threads
+                                            : std::max(1, available_cores() / dp_size_);
+  set_thread_budget(threads);
 
   const std::filesystem::path dir = config_.data_dir;
   if (!std::filesystem::exists(dir / "train.bin")) {
@@ -42,8 +72,17 @@ Trainer::Trainer(TrainConfig config, Arena& arena) : config_(std::move(config)),
   }
 
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype);
-  model_->initialize(config_.seed);
-  optimizer_ = std::make_unique<AdamW>(model_->parameters(), arena_, config_.adam);
+  model_->initialize(config_.seed);  // identical on every replica: a function of the seed
+  param_ranges_ = flat_ranges(model_->registry());
+  const int64_t P = model_->registry().total_elements();
+  const FlatRange owned = parallel_.zero >= 1 ? zero_shard(P, dp_size_, dp_rank_) : FlatRange{0, P};
+  optimizer_ =
+      std::make_unique<AdamW>(model_->parameters(), arena_, config_.adam, owned.begin, owned.end);
+  if (dp_size_ > 1) {
+    GradReducerOptions options{.bucket_bytes = parallel_.bucket_bytes};
+    reducer_ = std::make_unique<GradReducer>(*parallel_.dp, model_->parameters().grads(),
+                                             param_ranges_, options);
+  }
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.decay_steps};
   micro_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
 }
@@ -61,28 +100,64 @@ double Trainer::flops_per_token() const {
   return 6.0 * params + attention;
 }
 
+double Trainer::global_grad_norm() {
+  // After the reduction every replica holds all gradients; under ZeRO each rank sums the squares
+  // of its shard only, so every element is counted exactly once over the group.
+  if (reducer_ == nullptr) return std::sqrt(grad_sum_squares(model_->parameters().grads()));
+  if (parallel_.zero == 0) return std::sqrt(grad_sum_squares(model_->parameters().grads()));
+  Tensor shard =
+      model_->parameters().grads().slice_rows(optimizer_->shard_begin(), optimizer_->shard_end());
+  const double local = shard.numel() > 0 ? grad_sum_squares(shard) : 0.0;
+  return std::sqrt(sum_over_ranks(*parallel_.dp, {local})[0]);
+}
+
+void Trainer::check_replicas_now() {
+  std::vector<std::string> names;
+  for (const ParameterSpec& spec : model_->registry().specs()) names.push_back(spec.name);
+  check_replicas(*parallel_.dp, model_->parameters().master(), param_ranges_, names);
+}
+
 StepMetrics Trainer::train_step() {
   Stopwatch watch;
   ParameterStore& params = model_->parameters();
   const int64_t B = config_.micro_batch;
+  const int64_t M = config_.micro_batches;
 
-  // ---- training section: batch, forward, backward, clip, schedule, update ----
+  // ---- training section: batch, forward, backward and reduce, clip, schedule, update ----
   params.zero_grads();
   // The loss is normalised by the global batch's token count, so every micro-batch's backward
-  // is scaled by the same 1 / tokens (the loss of each micro-batch is a partial sum).
+  // is scaled by the same 1 / tokens (the loss of each micro-batch is a partial sum). This rank
+  // reads rows [rank·M·B, (rank+1)·M·B) of global batch `step`: the same tokens for any dp.
   const double global_tokens = double(config_.global_batch * config_.seq_len);
   double loss_sum = 0.0;
-  for (int64_t mb = 0; mb < config_.micro_batches; ++mb) {
-    train_loader_->read_batch_rows(step_, mb * B, (mb + 1) * B, micro_.inputs, micro_.targets);
+  for (int64_t mb = 0; mb < M; ++mb) {
+    const int64_t row = (dp_rank_ * M + mb) * B;
+    train_loader_->read_batch_rows(step_, row, row + B, micro_.inputs, micro_.targets);
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
     loss_sum += r.loss_sum;
+    const bool last = mb + 1 == M;
+    if (reducer_ != nullptr && last) {
+      // Buckets launch as their gradients become final, overlapping the rest of backward.
+      reducer_->begin_step();
+      model_->set_grad_ready_hook([this](int index) { reducer_->param_ready(index); });
+    }
     model_->backward(float(1.0 / global_tokens));
+    model_->set_grad_ready_hook({});
   }
-  const double grad_norm = std::sqrt(grad_sum_squares(params.grads()));
+  if (reducer_ != nullptr) {
+    reducer_->finish();
+    loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
+  }
+  const double grad_norm = global_grad_norm();
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);
+  if (optimizer_->sharded()) {
+    gather_shards(*parallel_.dp, params.master().data<float>(), params.master().numel());
+    params.refresh_compute_copy();
+  }
   ++step_;
+  if (parallel_.check_replicas && dp_size_ > 1) check_replicas_now();
   // ---- end of training section ----
 
   StepMetrics m;
@@ -100,7 +175,9 @@ double Trainer::evaluate() {
   LATTICE_CHECK(val_loader_ != nullptr, "evaluate() without validation data (val.bin)");
   double loss_sum = 0.0;
   int64_t tokens = 0;
-  const int64_t batches = std::max<int64_t>(1, config_.eval_batches);
+  // eval_batches × dp batches of micro_batch rows: the same validation tokens as the single-rank
+  // run with the same global batch (whose micro-batch is dp times larger).
+  const int64_t batches = std::max<int64_t>(1, config_.eval_batches) * dp_size_;
   for (int64_t k = 0; k < batches; ++k) {
     val_loader_->read_batch(k, micro_.inputs, micro_.targets);
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);

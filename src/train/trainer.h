@@ -4,14 +4,19 @@
 // over its micro-batches, the global gradient norm and clipping, the learning rate of the
 // schedule, the AdamW update. The loss of a step is the sum of token losses over the global
 // batch divided by its token count (DESIGN.md invariant 1), never a mean of micro-batch means.
+// Under data parallelism (DataParallelSetup) each rank trains its rows of the global batch and
+// the gradients are summed over the dp group in buckets that overlap backward
+// (docs/data-parallel.md); the step then reads the same on every rank.
 #pragma once
 
 #include <memory>
 #include <optional>
 
+#include "comm/communicator.h"
 #include "core/arena.h"
 #include "data/token_loader.h"
 #include "model/transformer.h"
+#include "parallel/grad_reducer.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -29,11 +34,23 @@ struct StepMetrics {
   std::optional<double> val_loss;
 };
 
+// Data parallelism of one rank: its dp group (nullptr or size 1: a single rank) and how the
+// group shares the work (docs/data-parallel.md).
+struct DataParallelSetup {
+  Communicator* dp = nullptr;
+  int zero = 0;                    // 0: replicated optimizer; 1: AdamW moments sharded
+  int64_t bucket_bytes = 1 << 20;  // gradient bucket size (f32 bytes)
+  bool check_replicas = false;     // hash and compare the parameters after every step
+  int threads = 0;                 // per rank; 0: cores / dp (never oversubscribe)
+};
+
 class Trainer {
  public:
   // Opens data_dir/train.bin and data_dir/val.bin (val optional), builds and initialises the
   // model from config.seed. Throws ConfigError/IoError naming what is missing and the fix.
-  Trainer(TrainConfig config, Arena& arena);
+  // With a dp group, every rank of it constructs a Trainer with the same config; the batch is
+  // resolved for dp ranks (global_batch = micro_batch × micro_batches × dp).
+  Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel = {});
 
   StepMetrics train_step();
   // Mean token loss over eval_batches batches of the validation file (sequential from its
@@ -42,6 +59,11 @@ class Trainer {
   bool has_validation() const { return val_loader_ != nullptr; }
 
   const TrainConfig& config() const { return config_; }
+  int dp_size() const { return dp_size_; }
+  int dp_rank() const { return dp_rank_; }
+  const DataParallelSetup& parallel() const { return parallel_; }
+  // The reducer of a dp > 1 run (nullptr otherwise).
+  const GradReducer* grad_reducer() const { return reducer_.get(); }
   Transformer& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
@@ -56,9 +78,17 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
+  DataParallelSetup parallel_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  std::vector<FlatRange> param_ranges_;
+  std::unique_ptr<GradReducer> reducer_;
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;
+
+  // The reduced, clipped gradient norm over the dp group (each element counted once).
+  double global_grad_norm();
+  void check_replicas_now();
 };
 
 }  // namespace lattice

@@ -20,6 +20,14 @@ TEST(CostModel, FitRecoversAlphaAndBeta) {
   CostModel m = fit_cost_model(points);
   EXPECT_NEAR(m.alpha, 20e-6, 1e-9);
   EXPECT_NEAR(m.beta, 1 / 5e9, 1e-15);
+  ASSERT_EQ(m.samples.size(), 4u);
+}
+
+TEST(CostModel, PredictsThroughMeasuredSamplesAndAlphaBetaOutside) {
+  CostModel m{1e-5, 1e-9, {{1000, 2e-5}, {3000, 6e-5}}};
+  EXPECT_DOUBLE_EQ(m.predict(1000), 2e-5);
+  EXPECT_DOUBLE_EQ(m.predict(2000), 4e-5);  // halfway between the samples
+  EXPECT_DOUBLE_EQ(m.predict(10000), 1e-5 + 1e-9 * 10000);
 }
 
 TEST(CostModel, DefaultPrefersFewStepsWhenSmallAndLittleVolumeWhenLarge) {
@@ -38,8 +46,9 @@ TEST(CostModel, DefaultPrefersFewStepsWhenSmallAndLittleVolumeWhenLarge) {
 
 TEST(CostModel, ProfileRoundTripsAndDrivesTheChoice) {
   CostProfile profile;
-  profile.set(Collective::kAllReduce, Algorithm::kTree, 4, CostModel{1e-7, 1e-12});
-  profile.set(Collective::kAllReduce, Algorithm::kRing, 4, CostModel{5e-5, 3e-10});
+  profile.set(Collective::kAllReduce, Algorithm::kTree, 4,
+              CostModel{1e-7, 1e-12, {{4096, 1e-6}, {65536, 2e-6}}});
+  profile.set(Collective::kAllReduce, Algorithm::kRing, 4, CostModel{5e-5, 3e-10, {}});
   const std::string path = ::testing::TempDir() + "comm_profile_test.json";
   profile.save(path, TransportKind::kThreads);
   CostProfile loaded = CostProfile::load(path);
@@ -48,6 +57,7 @@ TEST(CostModel, ProfileRoundTripsAndDrivesTheChoice) {
   ASSERT_TRUE(tree.has_value());
   EXPECT_DOUBLE_EQ(tree->alpha, 1e-7);
   EXPECT_DOUBLE_EQ(tree->beta, 1e-12);
+  EXPECT_EQ(tree->samples, (std::vector<std::pair<double, double>>{{4096, 1e-6}, {65536, 2e-6}}));
   EXPECT_FALSE(loaded.find(Collective::kAllReduce, Algorithm::kTree, 8).has_value());
   // A measured tree that is cheap at every size wins even for large messages.
   Tuner tuner(TransportKind::kThreads, 4, loaded);
@@ -64,11 +74,12 @@ TEST(CostModel, LoadNamesTheFileAndTheFix) {
 }
 
 // Halving-doubling on 4 ranks crosses the link 0 -> 1 twice per all_reduce, ring six times,
-// the binomial tree once. With that link 5 ms slow, the tuner's first choice (hd) runs far
-// slower than predicted; after one window every rank re-measures and switches to the tree.
+// the binomial tree once. With that link 20 ms slow (far above scheduling noise), the tuner's
+// first choice (hd) runs far slower than predicted; after one window every rank re-measures
+// and switches to the tree.
 TEST(TunerSwitch, SlowLinkMovesEveryRankToTheFasterAlgorithm) {
   ThreadWorldOptions world;
-  world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(5)); };
+  world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(20)); };
   std::mutex mutex;
   std::vector<TuningEvent> first_events;
   std::vector<Algorithm> final_choice;

@@ -62,7 +62,9 @@ TEST(Alternatives, FewMicroBatchesBlameTheBubble) {
                                  .micro_batch = 1,
                                  .schedule = Schedule::kInterleaved});
   ASSERT_TRUE(best.feasible()) << best.rejection->message;
-  const Alternative* plain = find(explain_alternatives(s, best), "schedule 1f1b");
+  // Keep the list alive: `find` points into it.
+  const std::vector<Alternative> alts = explain_alternatives(s, best);
+  const Alternative* plain = find(alts, "schedule 1f1b");
   ASSERT_NE(plain, nullptr);
   EXPECT_GT(plain->slowdown, 1.0);
   EXPECT_NE(plain->verdict.find("bubble"), std::string::npos) << plain->verdict;

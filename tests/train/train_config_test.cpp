@@ -52,6 +52,10 @@ TEST(TrainConfig, UnknownKeySuggestsTheNearestValidKey) {
   EXPECT_NE(e.find("did you mean 'optim.warmup_steps'"), std::string::npos) << e;
   e = error_of("[train]\nlr = 1e-3\n");
   EXPECT_NE(e.find("did you mean 'optim.lr'"), std::string::npos) << e;
+  e = error_of("[optim]\nlearning_rate = 1e-3\n");
+  EXPECT_NE(e.find("did you mean 'optim.lr'"), std::string::npos) << e;  // nanoGPT's name
+  e = error_of("[batch]\nblock_size = 64\n");
+  EXPECT_NE(e.find("did you mean 'batch.seq_len'"), std::string::npos) << e;
   e = error_of("", {"model.n_layers=3"});
   EXPECT_NE(e.find("did you mean 'model.n_layer'"), std::string::npos) << e;
 }

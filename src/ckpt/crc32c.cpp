@@ -1,0 +1,53 @@
+#include "ckpt/crc32c.h"
+
+#include <array>
+#include <cstring>
+
+namespace lattice {
+
+namespace {
+
+constexpr uint32_t kPolynomial = 0x82F63B78u;  // 0x1EDC6F41 bit-reversed
+
+// Slicing-by-8 (Kounavis & Berry, Intel 2005): table k maps a byte to its CRC contribution k
+// bytes further on, so eight bytes are folded per step instead of one (several GB/s in
+// portable code; checkpoints of hundreds of MB are checksummed while they are written).
+using Tables = std::array<std::array<uint32_t, 256>, 8>;
+
+constexpr Tables make_tables() {
+  Tables t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kPolynomial : c >> 1;
+    t[0][i] = c;
+  }
+  for (uint32_t i = 0; i < 256; ++i) {
+    for (size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xffu];
+  }
+  return t;
+}
+
+constexpr Tables kTables = make_tables();
+
+}  // namespace
+
+uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t n = bytes.size();
+  uint32_t c = ~crc;
+  while (n >= 8) {
+    uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, p, 4);  // little-endian hosts only (safetensors.cpp asserts the same)
+    std::memcpy(&hi, p + 4, 4);
+    lo ^= c;
+    c = kTables[7][lo & 0xffu] ^ kTables[6][(lo >> 8) & 0xffu] ^ kTables[5][(lo >> 16) & 0xffu] ^
+        kTables[4][lo >> 24] ^ kTables[3][hi & 0xffu] ^ kTables[2][(hi >> 8) & 0xffu] ^
+        kTables[1][(hi >> 16) & 0xffu] ^ kTables[0][hi >> 24];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xffu];
+  return ~c;
+}
+
+}  // namespace lattice

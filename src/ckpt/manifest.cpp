@@ -1,0 +1,234 @@
+#include "ckpt/manifest.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "ckpt/crc32c.h"
+#include "core/error.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kChecksumKey = "manifest_crc32c";
+
+json layout_to_json(const CheckpointLayout& l) {
+  return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"v", l.v}, {"zero", l.zero}};
+}
+
+CheckpointLayout layout_from_json(const json& j) {
+  CheckpointLayout l;
+  l.dp = j.at("dp").get<int>();
+  l.tp = j.at("tp").get<int>();
+  l.pp = j.at("pp").get<int>();
+  l.v = j.at("v").get<int>();
+  l.zero = j.at("zero").get<int>();
+  return l;
+}
+
+json tensor_to_json(const TensorRecord& t) {
+  json shards = json::array();
+  for (const ShardRecord& s : t.shards) {
+    shards.push_back({{"file", s.file}, {"key", s.key}, {"begin", s.begin}, {"end", s.end}});
+  }
+  return {{"name", t.name},
+          {"shape", t.shape.dims()},
+          {"dtype", std::string(dtype_name(t.dtype))},
+          {"shards", std::move(shards)}};
+}
+
+TensorRecord tensor_from_json(const json& j) {
+  TensorRecord t;
+  t.name = j.at("name").get<std::string>();
+  t.shape = Shape(j.at("shape").get<std::vector<int64_t>>());
+  t.dtype = parse_dtype(j.at("dtype").get<std::string>());
+  for (const json& s : j.at("shards")) {
+    t.shards.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
+                        s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()});
+  }
+  return t;
+}
+
+json file_to_json(const FileRecord& f) {
+  return {{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}};
+}
+
+FileRecord file_from_json(const json& j) {
+  return {j.at("name").get<std::string>(), j.at("size").get<uint64_t>(),
+          j.at("crc32c").get<uint32_t>()};
+}
+
+json manifest_body(const Manifest& m) {
+  json tensors = json::array(), files = json::array();
+  for (const TensorRecord& t : m.tensors) tensors.push_back(tensor_to_json(t));
+  for (const FileRecord& f : m.files) files.push_back(file_to_json(f));
+  return {{"format_version", m.format_version}, {"step", m.step},   {"config_hash", m.config_hash},
+          {"layout", layout_to_json(m.layout)}, {"state", m.state}, {"tensors", std::move(tensors)},
+          {"files", std::move(files)}};
+}
+
+}  // namespace
+
+std::string CheckpointLayout::to_string() const {
+  return fmt::format("dp={} tp={} pp={} v={} zero={}", dp, tp, pp, v, zero);
+}
+
+const TensorRecord* Manifest::find(std::string_view name) const {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
+                             [](const TensorRecord& t, std::string_view n) { return t.name < n; });
+  return it != tensors.end() && it->name == name ? &*it : nullptr;
+}
+
+const FileRecord* Manifest::find_file(std::string_view name) const {
+  for (const FileRecord& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+json rank_write_result_to_json(const RankWriteResult& result) {
+  json tensors = json::array();
+  for (const TensorRecord& t : result.tensors) tensors.push_back(tensor_to_json(t));
+  return {{"file", file_to_json(result.file)}, {"tensors", std::move(tensors)}};
+}
+
+RankWriteResult rank_write_result_from_json(const json& j) {
+  RankWriteResult r;
+  r.file = file_from_json(j.at("file"));
+  for (const json& t : j.at("tensors")) r.tensors.push_back(tensor_from_json(t));
+  return r;
+}
+
+void merge_rank_results(const std::vector<RankWriteResult>& results, Manifest& manifest) {
+  std::map<std::string, TensorRecord> tensors;
+  std::map<std::string, FileRecord> files;
+  for (const RankWriteResult& r : results) {
+    if (!files.emplace(r.file.name, r.file).second) {
+      LATTICE_THROW(ValueError, "checkpoint file '{}' was written by two ranks", r.file.name);
+    }
+    for (const TensorRecord& t : r.tensors) {
+      auto [it, inserted] = tensors.emplace(t.name, t);
+      if (inserted) continue;
+      if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
+        LATTICE_THROW(ValueError, "ranks disagree on tensor '{}': {} {} in one file, {} {} in '{}'",
+                      t.name, dtype_name(it->second.dtype), it->second.shape.to_string(),
+                      dtype_name(t.dtype), t.shape.to_string(), r.file.name);
+      }
+      it->second.shards.insert(it->second.shards.end(), t.shards.begin(), t.shards.end());
+    }
+  }
+  manifest.tensors.clear();
+  manifest.files.clear();
+  for (auto& [name, t] : tensors) {
+    std::sort(t.shards.begin(), t.shards.end(),
+              [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
+    manifest.tensors.push_back(std::move(t));
+  }
+  for (auto& [name, f] : files) manifest.files.push_back(f);
+  check_manifest_coverage(manifest);
+}
+
+void check_manifest_coverage(const Manifest& manifest) {
+  for (const TensorRecord& t : manifest.tensors) {
+    std::vector<ShardRecord> shards = t.shards;
+    std::sort(shards.begin(), shards.end(),
+              [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
+    int64_t next = 0;
+    for (const ShardRecord& s : shards) {
+      if (manifest.find_file(s.file) == nullptr) {
+        LATTICE_THROW(ValueError,
+                      "tensor '{}' has a shard in '{}', which the manifest does not list", t.name,
+                      s.file);
+      }
+      if (s.begin != next || s.end <= s.begin) {
+        LATTICE_THROW(ValueError,
+                      "tensor '{}' is not covered exactly once: elements [{}, {}) in '{}' follow "
+                      "element {} ({})",
+                      t.name, s.begin, s.end, s.file, next,
+                      s.begin < next ? "overlap" : (s.begin > next ? "gap" : "empty shard"));
+      }
+      next = s.end;
+    }
+    if (next != t.shape.numel()) {
+      LATTICE_THROW(ValueError,
+                    "tensor '{}' {} is not covered exactly once: shards end at element {} of {}",
+                    t.name, t.shape.to_string(), next, t.shape.numel());
+    }
+  }
+}
+
+std::string manifest_to_text(const Manifest& manifest) {
+  json body = manifest_body(manifest);
+  uint32_t checksum = crc32c(body.dump());
+  body[kChecksumKey] = checksum;
+  return body.dump(1) + "\n";
+}
+
+Manifest manifest_from_text(const std::string& text, const fs::path& path) {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::exception& e) {
+    LATTICE_THROW(IoError,
+                  "checkpoint manifest '{}' is not valid JSON ({}) ---> HINT: the file "
+                  "is corrupted; resume from an older checkpoint",
+                  path.string(), e.what());
+  }
+  try {
+    if (!body.is_object() || !body.contains(kChecksumKey)) {
+      LATTICE_THROW(IoError, "checkpoint manifest '{}' has no '{}' field", path.string(),
+                    kChecksumKey);
+    }
+    uint32_t stored = body.at(kChecksumKey).get<uint32_t>();
+    body.erase(kChecksumKey);
+    uint32_t actual = crc32c(body.dump());
+    if (stored != actual) {
+      LATTICE_THROW(IoError,
+                    "checkpoint manifest '{}' fails its checksum (stored {:08x}, computed {:08x}) "
+                    "---> HINT: the file is corrupted; resume from an older checkpoint",
+                    path.string(), stored, actual);
+    }
+    Manifest m;
+    m.format_version = body.at("format_version").get<int>();
+    if (m.format_version != kShardedCheckpointFormatVersion) {
+      LATTICE_THROW(IoError, "checkpoint manifest '{}' has format version {}, this build reads {}",
+                    path.string(), m.format_version, kShardedCheckpointFormatVersion);
+    }
+    m.step = body.at("step").get<int64_t>();
+    m.config_hash = body.at("config_hash").get<std::string>();
+    m.layout = layout_from_json(body.at("layout"));
+    m.state = body.at("state");
+    for (const json& t : body.at("tensors")) m.tensors.push_back(tensor_from_json(t));
+    for (const json& f : body.at("files")) m.files.push_back(file_from_json(f));
+    std::sort(m.tensors.begin(), m.tensors.end(),
+              [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
+    check_manifest_coverage(m);
+    return m;
+  } catch (const json::exception& e) {
+    LATTICE_THROW(IoError, "checkpoint manifest '{}' is missing or has a malformed field: {}",
+                  path.string(), e.what());
+  } catch (const ValueError& e) {
+    LATTICE_THROW(IoError, "checkpoint manifest '{}': {}", path.string(), e.what());
+  }
+}
+
+Manifest read_manifest(const fs::path& dir) {
+  const fs::path path = dir / kManifestFileName;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LATTICE_THROW(IoError,
+                  "cannot read '{}' ---> HINT: a directory without a manifest is an unfinished "
+                  "or foreign checkpoint; pick one written by `lattice train`",
+                  path.string());
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return manifest_from_text(text.str(), path);
+}
+
+}  // namespace lattice

@@ -1,0 +1,257 @@
+#include "ckpt/shard_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>  // renameat2, RENAME_EXCHANGE
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "ckpt/safetensors.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kLatestFileName = "latest";
+
+void call_hook(const CommitOptions& options, CommitStage stage) {
+  if (options.hook) options.hook(stage);
+}
+
+// A rename is durable only once its directory is flushed.
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    LATTICE_THROW(IoError, "cannot open directory '{}' to flush it: {}", dir.string(),
+                  std::strerror(errno));
+  }
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) {
+    LATTICE_THROW(IoError, "cannot flush directory '{}': {}", dir.string(), std::strerror(errno));
+  }
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
+// Puts complete directory `staging` in place of existing `target`. An atomic exchange where the
+// file system has one (Linux renameat2), so no instant is without a valid `target`; otherwise
+// the old one is moved aside first and removed only after the new one is in place.
+void replace_directory(const fs::path& staging, const fs::path& target) {
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(staging);  // now the previous contents of target
+    return;
+  }
+  const fs::path displaced = target.string() + ".old";
+  fs::remove_all(displaced);
+  fs::rename(target, displaced);
+  fs::rename(staging, target);
+  fs::remove_all(displaced);
+}
+
+// "step_120" -> 120; nullopt for anything else ("step_120.tmp", "step_x").
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  constexpr std::string_view prefix = "step_";
+  if (!name.starts_with(prefix) || name.size() == prefix.size()) return std::nullopt;
+  int64_t step = 0;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  auto [ptr, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || ptr != last || step < 0) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+OwnedShard OwnedShard::whole(std::string name, Tensor data) {
+  Shape shape = data.shape();
+  return {std::move(name), shape, 0, shape.numel(), std::move(data)};
+}
+
+OwnedShard OwnedShard::rows(std::string name, Shape global_shape, int64_t row_begin,
+                            int64_t row_end, Tensor data) {
+  LATTICE_CHECK(global_shape.rank() >= 1, "shard of '{}': a row range needs rank >= 1", name);
+  const int64_t row = global_shape[0] == 0 ? 0 : global_shape.numel() / global_shape[0];
+  return {std::move(name), std::move(global_shape), row_begin * row, row_end * row,
+          std::move(data)};
+}
+
+std::string rank_file_name(int rank) {
+  return fmt::format("rank_{:05d}.safetensors", rank);
+}
+
+RankWriteResult write_rank_shards(const fs::path& staging, int rank,
+                                  const std::vector<OwnedShard>& shards) {
+  RankWriteResult result;
+  result.file.name = rank_file_name(rank);
+  SafetensorsWriter writer;
+  writer.add_metadata("format", "lattice-checkpoint-shard");
+  writer.add_metadata("rank", std::to_string(rank));
+  for (const OwnedShard& s : shards) {
+    if (s.begin < 0 || s.end > s.global_shape.numel() || s.begin > s.end ||
+        s.data.numel() != s.end - s.begin) {
+      LATTICE_THROW(ValueError,
+                    "shard of '{}' {}: elements [{}, {}) with data {} do not fit ---> HINT: data "
+                    "must hold end - begin elements inside the global shape",
+                    s.name, s.global_shape.to_string(), s.begin, s.end, s.data.describe());
+    }
+    if (s.begin == s.end) continue;  // nothing to store; coverage of an empty tensor is trivial
+    const bool whole = s.begin == 0 && s.end == s.global_shape.numel();
+    std::string key = whole ? s.name : fmt::format("{}@{}:{}", s.name, s.begin, s.end);
+    writer.add(key, whole ? s.data.view(s.global_shape) : s.data.view(Shape{s.end - s.begin}));
+    result.tensors.push_back(
+        {s.name, s.global_shape, s.data.dtype(), {{result.file.name, key, s.begin, s.end}}});
+  }
+  SafetensorsFileSummary summary = writer.write(staging / result.file.name);
+  result.file.size = summary.size;
+  result.file.crc32c = summary.crc32c;
+  return result;
+}
+
+std::string_view commit_stage_name(CommitStage stage) {
+  switch (stage) {
+    case CommitStage::kStagingCreated:
+      return "staging-created";
+    case CommitStage::kShardsWritten:
+      return "shards-written";
+    case CommitStage::kManifestWritten:
+      return "manifest-written";
+    case CommitStage::kDirectoryRenamed:
+      return "directory-renamed";
+    case CommitStage::kLatestUpdated:
+      return "latest-updated";
+    case CommitStage::kPruned:
+      return "pruned";
+  }
+  return "?";
+}
+
+void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Manifest manifest,
+                           const std::vector<RankWriteResult>& results,
+                           const CommitOptions& options) {
+  merge_rank_results(results, manifest);
+  for (const FileRecord& f : manifest.files) {
+    std::error_code ec;
+    uint64_t size = fs::file_size(staging / f.name, ec);
+    if (ec || size != f.size) {
+      LATTICE_THROW(IoError, "cannot commit '{}': shard file '{}' is missing or not {} bytes",
+                    target.string(), (staging / f.name).string(), f.size);
+    }
+  }
+  // AtomicFileWriter flushes the file and then the staging directory itself.
+  write_text_atomically(staging / kManifestFileName, manifest_to_text(manifest));
+  call_hook(options, CommitStage::kManifestWritten);
+
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  try {
+    if (fs::exists(target)) {
+      replace_directory(staging, target);
+    } else {
+      fs::rename(staging, target);
+    }
+  } catch (const fs::filesystem_error& e) {
+    LATTICE_THROW(IoError, "cannot commit checkpoint '{}' from '{}': {}", target.string(),
+                  staging.string(), e.what());
+  }
+  fsync_dir(parent);
+  call_hook(options, CommitStage::kDirectoryRenamed);
+}
+
+CheckpointRoot::CheckpointRoot(fs::path root) : root_(std::move(root)) {}
+
+fs::path CheckpointRoot::step_dir(int64_t step) const {
+  return root_ / fmt::format("step_{}", step);
+}
+
+fs::path CheckpointRoot::staging_dir(int64_t step) const {
+  return root_ / fmt::format("step_{}.tmp", step);
+}
+
+fs::path CheckpointRoot::prepare_staging(int64_t step) const {
+  const fs::path staging = staging_dir(step);
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) {
+    LATTICE_THROW(IoError,
+                  "cannot create checkpoint staging directory '{}': {} ---> HINT: check "
+                  "that the checkpoint directory is writable",
+                  staging.string(), ec.message());
+  }
+  return staging;
+}
+
+fs::path CheckpointRoot::commit(Manifest manifest, const std::vector<RankWriteResult>& results,
+                                const CommitOptions& options) const {
+  const int64_t step = manifest.step;
+  const fs::path target = step_dir(step);
+  commit_checkpoint_dir(staging_dir(step), target, std::move(manifest), results, options);
+
+  write_text_atomically(root_ / kLatestFileName, target.filename().string() + "\n");
+  call_hook(options, CommitStage::kLatestUpdated);
+
+  if (options.keep_last > 0) {
+    // Only checkpoints older than the new one are candidates, and only now that it is
+    // committed; newer ones (left by a run that resumed from further back) are not ours to drop.
+    int kept = 1;  // the new one
+    for (int64_t s : committed_steps()) {
+      if (s >= step) continue;
+      if (kept < options.keep_last) {
+        ++kept;
+        continue;
+      }
+      std::error_code ec;
+      fs::remove_all(step_dir(s), ec);
+      if (ec) {
+        LATTICE_THROW(IoError, "checkpoint {} is committed, but pruning '{}' failed: {}",
+                      target.string(), step_dir(s).string(), ec.message());
+      }
+    }
+  }
+  call_hook(options, CommitStage::kPruned);
+  return target;
+}
+
+std::vector<int64_t> CheckpointRoot::committed_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    if (!entry.is_directory()) continue;
+    if (auto step = parse_step_name(entry.path().filename().string())) steps.push_back(*step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+std::optional<int64_t> CheckpointRoot::latest_step() const {
+  std::ifstream in(root_ / kLatestFileName);
+  std::string name;
+  if (!(in >> name)) return std::nullopt;
+  return parse_step_name(name);
+}
+
+fs::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+                                 const std::vector<OwnedShard>& shards,
+                                 const CommitOptions& options) {
+  const fs::path staging = root.prepare_staging(manifest.step);
+  call_hook(options, CommitStage::kStagingCreated);
+  std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
+  call_hook(options, CommitStage::kShardsWritten);
+  return root.commit(std::move(manifest), results, options);
+}
+
+}  // namespace lattice

@@ -1,0 +1,108 @@
+// Writing a sharded checkpoint, in two phases so that each rank writes only what it owns:
+//
+//   1. every rank:      write_rank_shards(staging, rank, owned)  -> RankWriteResult
+//      (gather the results to one rank, e.g. as rank_write_result_to_json strings)
+//   2. committing rank: CheckpointRoot::commit(manifest, results) -> <root>/step_N
+//
+// The commit protocol (DESIGN.md invariant 5: a valid checkpoint never becomes invalid):
+//   shard files written into <root>/step_N.tmp/ and fsynced (AtomicFileWriter)
+//   -> manifest.json written last (temp, fsync, rename, fsync of the directory)
+//   -> step_N.tmp renamed to step_N, <root> fsynced
+//   -> <root>/latest ("step_N\n") replaced by temp + rename
+//   -> only then the oldest step_* beyond keep_last deleted.
+// A crash anywhere leaves either no step_N (the .tmp directory is ignored by readers and
+// removed by the next save of that step) or a complete, verifiable step_N.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/manifest.h"
+#include "core/tensor.h"
+
+namespace lattice {
+
+// A piece of a global tensor that this rank owns: elements [begin, end) of `name` flattened
+// row-major, values in `data` (numel end - begin; the writer reads them, never keeps them).
+// A tensor replicated over dp or tp is passed by its owner only (e.g. dp rank 0).
+struct OwnedShard {
+  std::string name;
+  Shape global_shape;
+  int64_t begin = 0;
+  int64_t end = 0;
+  Tensor data;
+
+  static OwnedShard whole(std::string name, Tensor data);
+  // Rows [row_begin, row_end) along dimension 0 (a tensor-parallel split); data holds
+  // (row_end - row_begin, the global shape's other dimensions) elements.
+  static OwnedShard rows(std::string name, Shape global_shape, int64_t row_begin, int64_t row_end,
+                         Tensor data);
+};
+
+std::string rank_file_name(int rank);  // "rank_00003.safetensors"
+
+// Phase 1: writes `shards` into <staging>/rank_NNNNN.safetensors (fsynced, renamed into place).
+// ValueError for a shard whose data does not hold end - begin elements or lies outside its
+// global shape.
+RankWriteResult write_rank_shards(const std::filesystem::path& staging, int rank,
+                                  const std::vector<OwnedShard>& shards);
+
+// The points of the protocol a test can interrupt (a hook that throws or kills the process).
+enum class CommitStage : uint8_t {
+  kStagingCreated,    // empty step_N.tmp exists
+  kShardsWritten,     // every shard file is in step_N.tmp, no manifest yet
+  kManifestWritten,   // step_N.tmp is complete
+  kDirectoryRenamed,  // step_N is committed, `latest` still names the previous one
+  kLatestUpdated,     // `latest` names step_N, old checkpoints not yet pruned
+  kPruned,            // done
+};
+std::string_view commit_stage_name(CommitStage stage);
+
+struct CommitOptions {
+  int keep_last = 0;  // committed checkpoints to keep (the new one included); 0 keeps all
+  std::function<void(CommitStage)> hook;  // tests only: called as each stage is reached
+};
+
+// Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.
+// An existing `target` is replaced only after the new one is complete. A checkpoint directory
+// outside any root (save_checkpoint's) is committed this way too.
+void commit_checkpoint_dir(const std::filesystem::path& staging,
+                           const std::filesystem::path& target, Manifest manifest,
+                           const std::vector<RankWriteResult>& results,
+                           const CommitOptions& options = {});
+
+// A directory of checkpoints step_N plus the `latest` pointer.
+class CheckpointRoot {
+ public:
+  explicit CheckpointRoot(std::filesystem::path root);
+
+  const std::filesystem::path& path() const { return root_; }
+  std::filesystem::path step_dir(int64_t step) const;     // <root>/step_N
+  std::filesystem::path staging_dir(int64_t step) const;  // <root>/step_N.tmp
+  // Creates an empty staging directory for `step` (removing a stale one from a crash). One
+  // rank calls it before the others write (they wait on a barrier).
+  std::filesystem::path prepare_staging(int64_t step) const;
+  // Phase 2: commits the staged step (manifest.step), updates `latest`, prunes beyond keep_last.
+  std::filesystem::path commit(Manifest manifest, const std::vector<RankWriteResult>& results,
+                               const CommitOptions& options = {}) const;
+
+  // Steps of the step_N directories present, newest first (no validity check: see
+  // resume_auto). Staging and foreign directories are ignored.
+  std::vector<int64_t> committed_steps() const;
+  // The step `latest` names, if the file exists and parses.
+  std::optional<int64_t> latest_step() const;
+
+ private:
+  std::filesystem::path root_;
+};
+
+// One rank holding everything (today's single-process case): phases 1 and 2 in one call.
+std::filesystem::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+                                              const std::vector<OwnedShard>& shards,
+                                              const CommitOptions& options = {});
+
+}  // namespace lattice

@@ -1,0 +1,312 @@
+// `lattice bench train` and `lattice bench calibrate`.
+//
+//   lattice bench train --preset gpt2-124m --batch 4 --seq 256 --steps 5 --threads 1,2
+//       --precision fp32,bf16
+// times full training steps (forward + backward + clip + AdamW, random tokens) per precision ×
+// thread count and reports tokens/s, ms/step (median), model FLOP/s (6·N + 12·L·C·T per token)
+// and their fraction of the bf16 GEMM ceiling measured in the same run on the same threads.
+//
+//   lattice bench calibrate --out cluster_profile.json [--threads 1] [--quick]
+// measures GEMM throughput by shape and precision, memcpy bandwidth and the in-process
+// collectives' α and bus bandwidth per group size, and writes a cluster profile that
+// `lattice plan --cluster cluster_profile.json` reads (docs/planner.md, Calibration).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/bench_parent.h"
+#include "cli/commands.h"
+#include "comm/cost_model.h"
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "core/thread_budget.h"
+#include "core/timer.h"
+#include "plan/calibration.h"
+#include "plan/cluster_profile.h"
+#include "train/train_benchmark.h"
+
+namespace lattice::cli {
+namespace {
+
+struct BenchTrainArgs {
+  std::string preset = "gpt2-124m";
+  int64_t batch = 4;
+  int64_t seq = 256;
+  int steps = 5;
+  int warmup = 2;
+  std::vector<int> threads;  // empty: 1 and all available cores
+  std::vector<std::string> precisions{"fp32", "bf16"};
+  std::vector<int64_t> ceiling_shape{4096, 768, 3072};  // M, K, N of the bf16 GEMM ceiling
+  int gemm_repeats = 5;
+};
+
+DType parse_precision(const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  LATTICE_THROW(ValueError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five;
+  in >> one >> five;
+  return in ? fmt::format("{} (1 min) {} (5 min)", one, five) : "unknown";
+}
+
+void run_bench_train(BenchTrainArgs args) {
+  if (args.threads.empty()) {
+    args.threads = {1};
+    if (available_cores() > 1) args.threads.push_back(available_cores());
+  }
+  if (args.ceiling_shape.size() != 3) {
+    LATTICE_THROW(ValueError, "--ceiling-shape takes M K N, got {} numbers",
+                  args.ceiling_shape.size());
+  }
+  const GemmShape ceiling_shape{args.ceiling_shape[0], args.ceiling_shape[1],
+                                args.ceiling_shape[2]};
+  TrainBenchmarkConfig config;
+  config.model = model_preset(args.preset);
+  config.batch = args.batch;
+  config.seq = args.seq;
+  config.steps = args.steps;
+  config.warmup_steps = args.warmup;
+  const int64_t tokens_per_step = args.batch * args.seq;
+
+  fmt::print("# lattice bench train: {} B={} T={} ({} tokens/step), {} warm-up + {} timed steps\n",
+             args.preset, args.batch, args.seq, tokens_per_step, args.warmup, args.steps);
+  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# model FLOPs/token = 6*N + 12*L*C*T (PaLM, full attention)\n");
+  fmt::print("# baseline (same run): bf16 lattice::matmul M={} K={} N={}, best of {}\n",
+             ceiling_shape.m, ceiling_shape.k, ceiling_shape.n, args.gemm_repeats);
+  std::vector<double> ceiling;
+  for (int t : args.threads) {
+    ceiling.push_back(measure_gemm_flops(ceiling_shape, DType::kBF16, t, args.gemm_repeats));
+    fmt::print("#   {} thread(s): {:.1f} GFLOP/s\n", t, ceiling.back() / 1e9);
+  }
+  fmt::print("# {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>16}\n", "precision", "threads",
+             "ms/step", "min ms", "max ms", "tok/s", "model GF/s", "%ceiling", "loss first->last");
+  for (const std::string& precision : args.precisions) {
+    config.precision = parse_precision(precision);
+    for (size_t i = 0; i < args.threads.size(); ++i) {
+      config.threads = args.threads[i];
+      const TrainBenchmarkResult r = run_train_benchmark(config);
+      const double tokens_per_s = r.tokens_per_s(tokens_per_step);
+      const double model_flops = tokens_per_s * r.flops_per_token;
+      fmt::print(
+          "  {:>9} {:>7} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.1f} {:>8.1f}% "
+          "{:>7.3f}->{:.3f}\n",
+          precision, config.threads, r.median_ms(),
+          *std::min_element(r.step_ms.begin(), r.step_ms.end()),
+          *std::max_element(r.step_ms.begin(), r.step_ms.end()), tokens_per_s, model_flops / 1e9,
+          100 * model_flops / ceiling[i], r.losses.front(), r.losses.back());
+      std::fflush(stdout);  // rows arrive minutes apart: show each as it is measured
+      if (i == 0 && precision == args.precisions.front()) {
+        fmt::print("#   (N = {} parameters, {:.3g} model FLOPs/token)\n", r.parameters,
+                   r.flops_per_token);
+      }
+    }
+  }
+  fmt::print("# load average at end: {}\n", load_average());
+}
+
+// ---- calibrate ----
+
+struct CalibrateArgs {
+  std::string out = "cluster_profile.json";
+  std::string name = "this-machine";
+  int threads = 1;     // per rank (and per GEMM)
+  int max_ranks = 0;   // largest collective group; 0: cores ÷ threads (at least 2)
+  bool quick = false;  // tiny shapes and sizes (tests): seconds, not a minute
+};
+
+double memcpy_traffic_bytes_per_s(size_t bytes) {
+  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
+  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    Stopwatch w;
+    std::memcpy(dst.data(), src.data(), bytes);
+    best = std::min(best, w.seconds());
+  }
+  return 2.0 * double(bytes) / best;  // each byte read once and written once
+}
+
+double physical_memory_bytes() {
+  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+}
+
+std::vector<plan::GemmMeasurement> measure_gemms(const CalibrateArgs& args) {
+  // A grid over m, n, k (the planner picks the nearest in log distance) plus GPT-2-small's
+  // per-layer shapes at 4096 tokens.
+  const std::vector<int64_t> dims =
+      args.quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{128, 512, 2048};
+  std::vector<GemmShape> shapes;
+  for (int64_t m : dims) {
+    for (int64_t k : dims) {
+      for (int64_t n : dims) shapes.push_back({m, k, n});
+    }
+  }
+  if (!args.quick) {
+    for (auto [k, n] :
+         {std::pair<int64_t, int64_t>{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+      shapes.push_back({4096, k, n});
+    }
+  }
+  std::vector<plan::GemmMeasurement> out;
+  for (plan::Precision p : {plan::Precision::kBf16, plan::Precision::kFp32}) {
+    const DType dtype = p == plan::Precision::kBf16 ? DType::kBF16 : DType::kF32;
+    for (const GemmShape& s : shapes) {
+      const double flops = measure_gemm_flops(s, dtype, args.threads, args.quick ? 2 : 3);
+      out.push_back({.precision = p, .m = s.m, .n = s.n, .k = s.k, .flops_per_s = flops});
+      fmt::print("#   gemm {:>4} m {:>5} k {:>5} n {:>5}: {:8.1f} GFLOP/s\n",
+                 plan::precision_name(p), s.m, s.k, s.n, flops / 1e9);
+    }
+  }
+  return out;
+}
+
+void call_collective(Communicator& comm, plan::CollectiveOp op, std::vector<float>& in,
+                     std::vector<float>& out) {
+  const int64_t n = comm.size();
+  switch (op) {
+    case plan::CollectiveOp::kAllReduce:
+      comm.all_reduce(in.data(), int64_t(in.size()), DType::kF32, ReduceOp::kSum);
+      break;
+    case plan::CollectiveOp::kAllGather:
+      comm.all_gather(in.data(), out.data(), int64_t(out.size()) / n, DType::kF32);
+      break;
+    case plan::CollectiveOp::kReduceScatter:
+      comm.reduce_scatter(in.data(), out.data(), int64_t(in.size()) / n, DType::kF32,
+                          ReduceOp::kSum);
+      break;
+    case plan::CollectiveOp::kSendRecv:
+      LATTICE_CHECK(false, "send/recv is not calibrated");
+  }
+}
+
+// Seconds per call (the tuner's algorithm), max over ranks; S = the whole buffer (nccl-tests).
+double time_collective(Communicator& comm, plan::CollectiveOp op, int64_t bytes, double budget) {
+  const int64_t count = bytes / 4 / comm.size() * comm.size();
+  std::vector<float> in(size_t(count), 1.0f), out(size_t(count), 0.0f);
+  call_collective(comm, op, in, out);  // warm-up
+  comm.barrier();
+  Stopwatch once;
+  call_collective(comm, op, in, out);
+  float first = float(once.seconds());
+  comm.all_reduce(&first, 1, DType::kF32, ReduceOp::kMax);
+  const int iters = int(std::clamp(budget / std::max(double(first), 1e-7), 1.0, 200.0));
+  comm.barrier();
+  Stopwatch watch;
+  for (int i = 0; i < iters; ++i) call_collective(comm, op, in, out);
+  float seconds = float(watch.seconds() / iters);
+  comm.all_reduce(&seconds, 1, DType::kF32, ReduceOp::kMax);
+  return seconds;
+}
+
+std::vector<plan::CollectiveMeasurement> measure_collectives(const CalibrateArgs& args) {
+  const int max_ranks =
+      args.max_ranks > 0 ? args.max_ranks : std::max(2, available_cores() / args.threads);
+  const int64_t min_bytes = args.quick ? 4 << 10 : 256 << 10;
+  const int64_t max_bytes = args.quick ? 64 << 10 : 64 << 20;
+  const double budget = args.quick ? 0.005 : 0.05;
+  std::vector<plan::CollectiveMeasurement> out;
+  for (int n = 2; n <= max_ranks; ++n) {
+    for (plan::CollectiveOp op : {plan::CollectiveOp::kAllReduce, plan::CollectiveOp::kAllGather,
+                                  plan::CollectiveOp::kReduceScatter}) {
+      std::vector<std::pair<double, double>> points;  // (bytes, seconds)
+      ThreadWorldOptions world;
+      world.config.adaptive = false;  // measure the tuner's choice, do not re-tune mid-run
+      run_ranks(
+          n,
+          [&](Communicator& comm) {
+            set_thread_budget(args.threads);
+            for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+              const double seconds = time_collective(comm, op, bytes, budget);
+              if (comm.rank() == 0) points.emplace_back(double(bytes), seconds);
+            }
+          },
+          world);
+      const CostModel fit = fit_cost_model(points);
+      if (fit.beta <= 0) {
+        LATTICE_THROW(ValueError,
+                      "calibrate: {} on {} ranks fitted no bandwidth term (beta 0) ---> HINT: "
+                      "rerun on a quieter machine, or without --quick",
+                      plan::collective_name(op), n);
+      }
+      const double bus = plan::bus_factor(op, n) / fit.beta;
+      out.push_back({.op = op, .group_size = n, .alpha_s = fit.alpha, .bus_bytes_per_s = bus});
+      fmt::print("#   {:<14} {} ranks: alpha {:8.2f} us, bus bandwidth {:7.3f} GB/s\n",
+                 plan::collective_name(op), n, fit.alpha * 1e6, bus / 1e9);
+    }
+  }
+  return out;
+}
+
+void run_calibrate(const CalibrateArgs& args) {
+  plan::MachineMeasurement m;
+  m.name = args.name;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  m.device_name = fmt::format("cpu {} ({} thread(s) per rank)", host, args.threads);
+  m.ranks_per_node = std::max(1, available_cores() / args.threads);
+  m.memory_bytes = physical_memory_bytes();
+  m.memory_bytes_per_s =
+      memcpy_traffic_bytes_per_s(args.quick ? size_t(1) << 20 : size_t(64) << 20);
+  fmt::print("# lattice bench calibrate: {} thread(s) per rank, {} ranks per node\n", args.threads,
+             m.ranks_per_node);
+  fmt::print("# memory {:.1f} GiB, memcpy traffic {:.2f} GB/s\n", m.memory_bytes / (1 << 30),
+             m.memory_bytes_per_s / 1e9);
+  m.gemm = measure_gemms(args);
+  m.collectives = measure_collectives(args);
+  const plan::ClusterSpec cluster = plan::calibrated_cluster(m);
+  plan::save_cluster_profile(cluster, args.out);
+  fmt::print("# peaks (best GEMM measured): bf16 {:.1f} GFLOP/s, fp32 {:.1f} GFLOP/s\n",
+             cluster.device.peak_flops_bf16 / 1e9, cluster.device.peak_flops_fp32 / 1e9);
+  fmt::print("# wrote {} (use: lattice plan --cluster {})\n", args.out, args.out);
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  CLI::App* bench = bench_parent(app);
+
+  auto train = std::make_shared<BenchTrainArgs>();
+  CLI::App* t = bench->add_subcommand(
+      "train", "Training steps per precision x threads: tok/s, ms/step, model FLOP/s vs GEMM");
+  t->add_option("--preset", train->preset, "model preset (random init)");
+  t->add_option("--batch", train->batch, "sequences per step")->check(CLI::PositiveNumber);
+  t->add_option("--seq", train->seq, "tokens per sequence")->check(CLI::PositiveNumber);
+  t->add_option("--steps", train->steps, "timed steps")->check(CLI::PositiveNumber);
+  t->add_option("--warmup", train->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  t->add_option("--threads", train->threads, "thread counts, e.g. 1,2 (default 1 and all cores)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  t->add_option("--precision", train->precisions, "fp32 and/or bf16, e.g. fp32,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  t->add_option("--ceiling-shape", train->ceiling_shape, "M,K,N of the bf16 GEMM ceiling")
+      ->delimiter(',');
+  t->add_option("--gemm-repeats", train->gemm_repeats, "timed GEMM calls (best is kept)")
+      ->check(CLI::PositiveNumber);
+  t->callback([train] { run_bench_train(*train); });
+
+  auto cal = std::make_shared<CalibrateArgs>();
+  CLI::App* c = bench->add_subcommand(
+      "calibrate", "Measure this machine and write a cluster profile for `lattice plan`");
+  c->add_option("--out", cal->out, "profile JSON to write");
+  c->add_option("--name", cal->name, "the profile's name");
+  c->add_option("--threads", cal->threads, "threads per rank")->check(CLI::PositiveNumber);
+  c->add_option("--max-ranks", cal->max_ranks, "largest collective group (default cores/threads)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--quick", cal->quick, "tiny shapes and sizes (a smoke test, not a calibration)");
+  c->callback([cal] { run_calibrate(*cal); });
+}
+
+}  // namespace lattice::cli

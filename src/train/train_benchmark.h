@@ -1,0 +1,54 @@
+// Measurements behind `lattice bench train` and `lattice bench calibrate`: the wall time of full
+// training steps (forward + backward + grad-norm clip + AdamW) of a model on random tokens, and
+// the throughput of one lattice::matmul shape, both on a given thread budget.
+//
+// The step is the Trainer's step without the data files: tokens and targets are Philox draws
+// over the vocabulary, the loss is normalised by the batch's token count, one micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace lattice {
+
+struct TrainBenchmarkConfig {
+  ModelConfig model;
+  int64_t batch = 4;  // B sequences per step
+  int64_t seq = 256;  // T tokens per sequence (<= model.seq_len)
+  int warmup_steps = 2;
+  int steps = 5;                  // timed steps
+  DType precision = DType::kF32;  // compute dtype: kF32, or kBF16 with fp32 master weights
+  int threads = 1;
+  uint64_t seed = 1337;
+  float lr = 1e-4f;  // AdamW learning rate of every step (constant)
+};
+
+struct TrainBenchmarkResult {
+  std::vector<double> step_ms;  // each timed step
+  std::vector<double> losses;   // loss of every step, warm-up included (finite when all is well)
+  int64_t parameters = 0;
+  double flops_per_token = 0;  // model_flops_per_token()
+  double median_ms() const;
+  double tokens_per_s(int64_t tokens_per_step) const;
+};
+
+// Model FLOPs per trained token, PaLM appendix B: 6·N (forward 2·N, backward 4·N) plus
+// attention 12·L·C·T (full T×T scores; causal masking's halving is not subtracted).
+double model_flops_per_token(const ModelConfig& model, int64_t parameters, int64_t seq);
+
+TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config);
+
+struct GemmShape {
+  int64_t m = 0, k = 0, n = 0;  // out (M, N) = a (M, K) @ b (K, N)
+  double flops() const { return 2.0 * double(m) * double(k) * double(n); }
+};
+
+// Best FLOP/s of `repeats` timed calls (after one warm-up call) of lattice::matmul on `shape`,
+// inputs and output of `dtype` (kF32, or kBF16 with fp32 accumulation), on `threads` threads.
+// Inputs are uniform in [-1, 1); the result of the calls is checked for finiteness.
+double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats);
+
+}  // namespace lattice

@@ -1,0 +1,205 @@
+// Checkpoints and Hugging Face weights: round trips that preserve the model exactly, and clear
+// errors for weights that do not match.
+#include "ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/safetensors.h"
+#include "core/philox.h"
+
+namespace lattice {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("lattice_ckpt_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<float> logits_of(Transformer& model) {
+  std::vector<int32_t> tokens(2 * 10);
+  PhiloxStream rng(9, 9);
+  for (auto& t : tokens) t = int32_t(rng.next_below(uint64_t(model.config().vocab_size)));
+  model.forward(Tensor::borrow(tokens.data(), {2, 10}, DType::kI32), Tensor());
+  const Tensor& l = model.logits();
+  return std::vector<float>(l.data<float>(), l.data<float>() + l.numel());
+}
+
+class HfRoundTrip : public ::testing::TestWithParam<const char*> {};
+
+// export -> load into a fresh model -> identical logits, bit for bit.
+TEST_P(HfRoundTrip, ExportThenLoadGivesIdenticalLogits) {
+  fs::path dir = scratch(std::string("hf_") + GetParam());
+  Arena arena("test");
+  ModelConfig config = model_preset(GetParam());
+  if (config.name == "shakespeare-char")
+    config.bias = false;  // the demo: exported with zero biases
+  Transformer original(config, arena, DType::kF32);
+  original.initialize(3);
+  export_hf(dir, original);
+
+  nlohmann::json hf = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(hf["model_type"], std::string(GetParam()).starts_with("llama") ? "llama" : "gpt2");
+
+  Transformer loaded(config, arena, DType::kF32);
+  loaded.initialize(4);  // different values, overwritten by the load
+  load_hf_weights(dir / "model.safetensors", loaded);
+  std::vector<float> a = logits_of(original), b = logits_of(loaded);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HfRoundTrip,
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "shakespeare-char"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+// Hugging Face's GPT-2 files name tensors without "transformer.", carry attention-mask buffers
+// and store weights in F16/BF16 at times: all of that loads, widened exactly.
+TEST(HfImport, AcceptsGpt2HubNamingMaskBuffersAndHalfPrecision) {
+  fs::path dir = scratch("hub");
+  Arena arena("test");
+  Transformer source(model_preset("gpt2-tiny"), arena, DType::kF32);
+  source.initialize(5);
+  // Round the source to bf16 so the widened load is exactly comparable.
+  ParameterStore& s = source.parameters();
+  Tensor rounded = Tensor::empty(arena, s.master().shape(), DType::kBF16);
+  rounded.copy_from(s.master());
+  s.master().copy_from(rounded);
+
+  SafetensorsWriter writer;
+  std::vector<Tensor> keep;
+  for (int i = 0; i < int(source.registry().specs().size()); ++i) {
+    const ParameterSpec& spec = source.registry().at(i);
+    Tensor half = Tensor::empty(arena, spec.shape, DType::kBF16);
+    half.copy_from(s.master(i));
+    keep.push_back(half);
+    writer.add(spec.name.substr(std::string("transformer.").size()), half);
+  }
+  Tensor mask = Tensor::zeros(arena, {1, 1, 4, 4}, DType::kF32);
+  writer.add("h.0.attn.bias", mask);
+  writer.write(dir / "model.safetensors");
+
+  Transformer loaded(model_preset("gpt2-tiny"), arena, DType::kF32);
+  load_hf_weights(dir / "model.safetensors", loaded);
+  EXPECT_EQ(std::memcmp(loaded.parameters().master().raw_data(), s.master().raw_data(),
+                        s.master().nbytes()),
+            0);
+}
+
+TEST(HfImport, MismatchedWeightsAreAClearErrorListingExpectedAndFound) {
+  fs::path dir = scratch("mismatch");
+  Arena arena("test");
+  ModelConfig wide = model_preset("gpt2-tiny");
+  wide.d_model = 128;
+  wide.d_ff = 512;
+  Transformer other(wide, arena, DType::kF32);
+  other.initialize(1);
+  export_hf(dir, other);
+  Transformer model(model_preset("gpt2-tiny"), arena, DType::kF32);
+  try {
+    load_hf_weights(dir / "model.safetensors", model);
+    FAIL();
+  } catch (const IoError& e) {
+    std::string what = e.what();
+    // The first tensor in name order that differs, with both shapes.
+    EXPECT_NE(what.find("'transformer.h.0.attn.c_attn.bias' has shape [384]"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("expects [192]"), std::string::npos) << what;
+  }
+  Transformer llama(model_preset("llama-tiny"), arena, DType::kF32);
+  try {
+    load_hf_weights(dir / "model.safetensors", llama);
+    FAIL();
+  } catch (const IoError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("missing [model.embed_tokens.weight"), std::string::npos) << what;
+    EXPECT_NE(what.find("unexpected [transformer."), std::string::npos) << what;
+  }
+}
+
+TEST(HfExport, RefusesSwitchesTheFamilyCannotExpress) {
+  Arena arena("test");
+  ModelConfig c = model_preset("gpt2-tiny");
+  c.norm = NormKind::kRmsNorm;
+  Transformer model(c, arena, DType::kF32);
+  EXPECT_THROW(export_hf(scratch("refuse"), model), ValueError);
+  // Real (non-zero) biases cannot be dropped into a bias-free model.
+  ModelConfig with_bias = model_preset("gpt2-tiny");
+  Transformer biased(with_bias, arena, DType::kF32);
+  biased.initialize(1);
+  biased.parameters()
+      .master(biased.registry().find("transformer.h.1.mlp.c_fc.bias"))
+      .data<float>()[3] = 0.5f;
+  fs::path dir = scratch("nonzero_bias");
+  export_hf(dir, biased);
+  ModelConfig no_bias = with_bias;
+  no_bias.bias = false;
+  Transformer plain(no_bias, arena, DType::kF32);
+  try {
+    load_hf_weights(dir / "model.safetensors", plain);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.bias = true"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, SaveThenLoadRestoresWeightsMomentsAndStep) {
+  fs::path dir = scratch("ckpt") / "final";
+  Arena arena("test");
+  TrainConfig config;
+  config.model = model_preset("llama-tiny");
+  Transformer model(config.model, arena, DType::kBF16);
+  model.initialize(2);
+  AdamW optimizer(model.parameters(), arena, config.adam);
+  fill_normal(model.parameters().grads().data<float>(), model.parameters().grads().numel(), 1, 2, 0,
+              0.0f, 0.1f);
+  optimizer.step(1e-3f);
+  optimizer.step(1e-3f);
+  save_checkpoint(dir, config, model, optimizer, 2);
+  save_checkpoint(dir, config, model, optimizer, 2);  // overwriting keeps one valid checkpoint
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+
+  CheckpointInfo info;
+  std::unique_ptr<Transformer> loaded = load_checkpoint_model(dir, arena, &info);
+  EXPECT_EQ(info.step, 2);
+  EXPECT_EQ(info.compute_dtype, DType::kBF16);
+  EXPECT_EQ(info.model.n_kv_head, 2);
+  EXPECT_EQ(
+      std::memcmp(loaded->parameters().master().raw_data(), model.parameters().master().raw_data(),
+                  model.parameters().master().nbytes()),
+      0);
+  EXPECT_EQ(logits_of(*loaded), logits_of(model));
+  AdamW restored(loaded->parameters(), arena, config.adam);
+  EXPECT_EQ(load_checkpoint_optimizer(dir, restored), 2);
+  EXPECT_EQ(std::memcmp(restored.v().raw_data(), optimizer.v().raw_data(), optimizer.v().nbytes()),
+            0);
+}
+
+TEST(Checkpoint, MissingOrCorruptStateIsAClearError) {
+  fs::path dir = scratch("broken");
+  EXPECT_THROW(read_checkpoint_info(dir), IoError);
+  std::ofstream(dir / "state.json") << "{ not json";
+  try {
+    read_checkpoint_info(dir);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("state.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace lattice

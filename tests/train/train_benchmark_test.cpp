@@ -1,0 +1,68 @@
+#include "train/train_benchmark.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace lattice {
+namespace {
+
+TEST(TrainBenchmark, ModelFlopsPerTokenIsSixNPlusAttention) {
+  ModelConfig c = model_preset("gpt2-124m");
+  // 6·N + 12·L·C·T with N = 124,439,808 (tied GPT-2 small), L 12, C 768, T 256.
+  EXPECT_DOUBLE_EQ(model_flops_per_token(c, 124439808, 256),
+                   6.0 * 124439808 + 12.0 * 12 * 768 * 256);
+}
+
+TEST(TrainBenchmark, TinyModelRunsEveryStepAndLearns) {
+  TrainBenchmarkConfig config;
+  config.model = model_preset("gpt2-tiny");
+  config.batch = 2;
+  config.seq = 16;
+  config.warmup_steps = 1;
+  config.steps = 3;
+  config.lr = 1e-2f;  // large enough that the repeated batch's loss visibly falls
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    config.precision = precision;
+    const TrainBenchmarkResult r = run_train_benchmark(config);
+    ASSERT_EQ(r.step_ms.size(), 3u);
+    ASSERT_EQ(r.losses.size(), 4u);
+    for (double ms : r.step_ms) EXPECT_GT(ms, 0.0);
+    // Random tokens over V = 256 at initialisation: the loss starts near ln(256) = 5.545, and
+    // the same batch repeated must not get worse under AdamW.
+    EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.1);
+    EXPECT_LT(r.losses.back(), r.losses.front());
+    EXPECT_EQ(r.parameters, 2 * (12 * 64 * 64 + 13 * 64) + 256 * 64 + 64 * 64 + 2 * 64);
+    EXPECT_GT(r.tokens_per_s(32), 0.0);
+  }
+}
+
+TEST(TrainBenchmark, MedianOfEvenAndOddCounts) {
+  TrainBenchmarkResult r;
+  r.step_ms = {5, 1, 3};
+  EXPECT_DOUBLE_EQ(r.median_ms(), 3.0);
+  r.step_ms = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(r.median_ms(), 2.5);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s(100), 100 / 2.5e-3);
+}
+
+TEST(TrainBenchmark, RejectsASequenceLongerThanTheContext) {
+  TrainBenchmarkConfig config;
+  config.model = model_preset("gpt2-tiny");  // seq_len 64
+  config.seq = 65;
+  EXPECT_THROW(run_train_benchmark(config), ValueError);
+}
+
+TEST(TrainBenchmark, GemmThroughputIsPositiveForBothPrecisions) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const double flops = measure_gemm_flops({.m = 32, .k = 48, .n = 64}, dtype, 1, 2);
+    EXPECT_GT(flops, 0.0);
+    EXPECT_TRUE(std::isfinite(flops));
+  }
+  EXPECT_THROW(measure_gemm_flops({.m = 8, .k = 8, .n = 8}, DType::kI32, 1, 1), DTypeError);
+}
+
+}  // namespace
+}  // namespace lattice
