@@ -70,8 +70,9 @@ class ThreadTransport : public Transport {
   }
 
   void recv(int peer, MessageKey key, void* data, size_t bytes, Deadline deadline) override {
-    hub_->take(rank_, peer, key, bytes, deadline,
-               [&](const void* src) { std::memcpy(data, src, bytes); });
+    hub_->take(rank_, peer, key, bytes, deadline, [&](const void* src) {
+      if (bytes > 0) std::memcpy(data, src, bytes);  // memcpy of null is UB, even for 0
+    });
   }
 
   void recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype, ReduceOp op,
