@@ -34,7 +34,38 @@ struct TrainArgs {
   int zero = 0;
   double bucket_mb = 1.0;
   bool check_replicas = false;
+  std::string resume;  // a checkpoint directory, or "auto": the newest valid under out_dir
 };
+
+// The checkpoint a --resume argument names: "auto" is the newest valid step_N under
+// out_dir/checkpoints (none: a fresh start), anything else a checkpoint directory.
+std::optional<std::filesystem::path> resume_dir(const std::string& resume,
+                                                const TrainConfig& config) {
+  if (resume.empty()) return std::nullopt;
+  if (resume != "auto") return std::filesystem::path(resume);
+  if (config.out_dir.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "--resume auto looks under output.dir, which is empty ---> HINT: set output.dir "
+                  "or pass a checkpoint directory to --resume");
+  }
+  std::optional<ResumeChoice> choice =
+      resume_auto(std::filesystem::path(config.out_dir) / "checkpoints");
+  if (!choice) return std::nullopt;
+  return choice->dir;
+}
+
+void save_step_checkpoint(Trainer& trainer, const TrainConfig& config) {
+  TrainingState state{.step = trainer.step(),
+                      .lr_step = trainer.step(),
+                      .data = trainer.data_position(),
+                      .seed = config.seed};
+  CommitOptions commit;
+  commit.keep_last = int(config.keep_last);
+  std::filesystem::path dir =
+      save_training_checkpoint(std::filesystem::path(config.out_dir) / "checkpoints", config,
+                               trainer.model(), trainer.optimizer(), state, commit);
+  fmt::print("checkpoint {} committed\n", dir.string());
+}
 
 void print_sample(Transformer& model, const TrainConfig& config) {
   auto tokenizer = make_tokenizer(config.tokenizer);
@@ -60,6 +91,14 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
     if (lead) fmt::print("initialised from {}\n", args.init_from);
   }
 
+  if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
+    TrainingState state = load_training_checkpoint(*dir, trainer.model(), trainer.optimizer());
+    trainer.set_step(state.step);
+    if (lead) fmt::print("resumed from {} at step {}\n", dir->string(), state.step);
+  } else if (lead && !args.resume.empty()) {
+    fmt::print("no checkpoint to resume from: starting at step 0\n");
+  }
+
   const int threads = thread_budget();
   const double peak = measured_fp32_peak_flops_per_thread() * threads * args.dp;
   if (lead) {
@@ -77,7 +116,8 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
   std::optional<MetricsLog> metrics;
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics);
   std::optional<double> last_val;
-  for (int64_t s = 0; s < config.steps; ++s) {
+  const int64_t first_step = trainer.step();
+  for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
     const bool last = m.step == config.steps;
     const bool eval_due =
@@ -92,9 +132,14 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
       std::fflush(stdout);
     }
     if (metrics) metrics->write(m, peak);
+    // Replicas hold identical weights and moments (ZeRO-0), so rank 0 writes for all; the
+    // others wait for it in the next step's gradient reduction.
+    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last) {
+      save_step_checkpoint(trainer, config);
+    }
   }
   if (!lead) return;
-  fmt::print("trained {} steps in {:.1f} s", config.steps, wall.seconds());
+  fmt::print("trained {} steps in {:.1f} s", config.steps - first_step, wall.seconds());
   if (last_val) fmt::print(" | final validation loss {:.4f}", *last_val);
   fmt::print("\n");
   if (const GradReducer* reducer = trainer.grad_reducer()) {
@@ -125,7 +170,7 @@ void run_train(const TrainArgs& args) {
                   "ranks x threads must not exceed the cores; lower --dp or train.threads",
                   args.dp, config.threads, args.dp * std::max(1, config.threads), cores);
   }
-  if (args.zero >= 1 && !config.out_dir.empty()) {
+  if (args.zero >= 1 && (!config.out_dir.empty() || !args.resume.empty())) {
     LATTICE_THROW(ConfigError,
                   "--zero {} shards the optimizer state, which checkpoints cannot save yet ---> "
                   "HINT: add --set output.dir= (no checkpoint) or use --zero 0",
@@ -155,6 +200,9 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size in MB (dp > 1)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--resume", args->resume,
+                  "Continue from a checkpoint directory, or 'auto': the newest valid one under "
+                  "output.dir/checkpoints");
   cmd->add_flag("--check-replicas", args->check_replicas,
                 "After every step, check that all dp replicas hold identical parameters");
   cmd->callback([args] { run_train(*args); });

@@ -243,6 +243,14 @@ const std::map<std::string, Setter>& setters() {
                   // output
                   {"output.dir", [](TrainConfig& c, const toml::node& n,
                                     const std::string& k) { c.out_dir = get_string(n, k); }},
+                  {"output.checkpoint_every",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.checkpoint_every = get_non_negative(n, k);
+                   }},
+                  {"output.keep_last",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.keep_last = get_positive(n, k);
+                   }},
               };
   return table;
 }

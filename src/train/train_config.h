@@ -58,6 +58,10 @@ struct TrainConfig {
 
   // output
   std::string out_dir;  // final checkpoint goes to out_dir/final; empty: no checkpoint
+  // Checkpoints every N steps into out_dir/checkpoints/step_N (0: none), keeping the newest
+  // keep_last; `lattice train --resume auto` continues from the newest valid one.
+  int64_t checkpoint_every = 0;
+  int64_t keep_last = 3;
 
   // Derives the missing one of (micro_batch, micro_batches, global_batch) for `dp` data-parallel
   // ranks, or throws ConfigError showing the formula when they are inconsistent or indivisible.

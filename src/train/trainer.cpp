@@ -92,6 +92,14 @@ void Trainer::set_step(int64_t step) {
   optimizer_->set_steps_taken(step);
 }
 
+DataPosition Trainer::data_position() const {
+  // Global batch k covers sequences [k·G, (k + 1)·G) of the loader's endless stream.
+  const int64_t sequence = step_ * config_.global_batch;
+  const int64_t windows = train_loader_->windows_per_epoch();
+  return DataPosition{train_loader_->config().mode, train_loader_->config().seed,
+                      sequence / windows, sequence % windows};
+}
+
 double Trainer::flops_per_token() const {
   const ModelConfig& c = config_.model;
   double params = double(model_->registry().total_elements());

@@ -68,6 +68,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
   void set_step(int64_t step);            // resume: the next step trains on batch `step`
+  // Where the next step's global batch starts in the training data (for checkpoints).
+  DataPosition data_position() const;
   // Model FLOPs per trained token: 6·(parameters) + attention (PaLM appendix B: 12·L·C·T).
   double flops_per_token() const;
 
