@@ -46,6 +46,18 @@ void expect_row_stats(const Tensor& stats, const Tensor& inp, int64_t rows, std:
   }
 }
 
+// The gradients both norms' backward take: dinp and dout shaped like inp (f32 or bf16), and
+// dweight (width) f32.
+void expect_backward_grads(const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
+                           const Tensor& inp, int64_t width, std::string_view op) {
+  expect_float_dtype(dinp, op, "dinp");
+  expect_same_shape(dinp, inp, op, "dinp", "inp");
+  expect_float_dtype(dout, op, "dout");
+  expect_same_shape(dout, inp, op, "dout", "inp");
+  expect_dtype(dweight, DType::kF32, op, "dweight");
+  expect_shape(dweight, {width}, op, "dweight");
+}
+
 void expect_param(const Tensor& t, int64_t width, std::string_view op, std::string_view what) {
   expect_float_dtype(t, op, what);
   expect_shape(t, {width}, op, what);
@@ -174,12 +186,7 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   constexpr std::string_view kOp = "layernorm_backward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);
-  expect_float_dtype(dinp, kOp, "dinp");
-  expect_same_shape(dinp, inp, kOp, "dinp", "inp");
-  expect_float_dtype(dout, kOp, "dout");
-  expect_same_shape(dout, inp, kOp, "dout", "inp");
-  expect_dtype(dweight, DType::kF32, kOp, "dweight");
-  expect_shape(dweight, {width}, kOp, "dweight");
+  expect_backward_grads(dinp, dweight, dout, inp, width, kOp);
   if (dbias.defined()) {
     expect_dtype(dbias, DType::kF32, kOp, "dbias");
     expect_shape(dbias, {width}, kOp, "dbias");
@@ -248,12 +255,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   constexpr std::string_view kOp = "rmsnorm_backward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);
-  expect_float_dtype(dinp, kOp, "dinp");
-  expect_same_shape(dinp, inp, kOp, "dinp", "inp");
-  expect_float_dtype(dout, kOp, "dout");
-  expect_same_shape(dout, inp, kOp, "dout", "inp");
-  expect_dtype(dweight, DType::kF32, kOp, "dweight");
-  expect_shape(dweight, {width}, kOp, "dweight");
+  expect_backward_grads(dinp, dweight, dout, inp, width, kOp);
   expect_param(weight, width, kOp, "weight");
   expect_row_stats(rstd, inp, rows, kOp, "rstd");
 
