@@ -12,6 +12,7 @@ namespace {
 // overlap in the parameter's own element indices.
 template <class Visit>
 void for_each_overlap(const ParameterRegistry& registry, int64_t begin, int64_t end, Visit visit) {
+  expect_unsharded_model(registry, "a sharded checkpoint");
   LATTICE_CHECK(begin >= 0 && begin <= end && end <= registry.total_elements(),
                 "flat range [{}, {}) outside the store of {} elements", begin, end,
                 registry.total_elements());
@@ -67,6 +68,16 @@ void read_flat_range(const CheckpointReader& reader, const ParameterRegistry& re
     reader.read_global_elements(spec.name + ".exp_avg_sq", lo, hi,
                                 flat_slice(v_range, local, local + n));
   });
+}
+
+void expect_unsharded_model(const ParameterRegistry& registry, std::string_view what) {
+  const int tp = registry.tensor_parallel().size;
+  if (tp > 1) {
+    LATTICE_THROW(ConfigError,
+                  "{} of a tensor-parallel model (--tp {}) is not supported yet: parameters are "
+                  "tp shards ---> HINT: save, load or export from a --tp 1 run",
+                  what, tp);
+  }
 }
 
 }  // namespace lattice

@@ -25,4 +25,8 @@ void read_flat_range(const CheckpointReader& reader, const ParameterRegistry& re
                      int64_t begin, int64_t end, const Tensor& master_range, const Tensor& m_range,
                      const Tensor& v_range);
 
+// ConfigError when the model's parameters are tensor-parallel shards: checkpoints hold global
+// tensors as flat element ranges, which a tp shard is not (resharding by tensor slices: issue 8).
+void expect_unsharded_model(const ParameterRegistry& registry, std::string_view what);
+
 }  // namespace lattice

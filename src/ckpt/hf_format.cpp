@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/flat_range.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 
@@ -90,6 +91,7 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
   const ModelConfig& config = model.config();
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
+  expect_unsharded_model(registry, "Hugging Face weights");
 
   std::set<std::string> loaded;
   std::vector<std::string> unexpected, skipped;
@@ -160,6 +162,7 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
 }
 
 void export_hf(const fs::path& dir, Transformer& model) {
+  expect_unsharded_model(model.registry(), "a Hugging Face export");
   const ModelConfig& c = model.config();
   nlohmann::json config = hf_config(c);
   fs::create_directories(dir);

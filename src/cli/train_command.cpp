@@ -80,7 +80,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
   Stopwatch wall;
   const bool lead = comm == nullptr || comm->rank() == 0;
   Arena arena(fmt::format("rank{}", comm == nullptr ? 0 : comm->rank()));
-  DataParallelSetup parallel{.dp = comm,
+  ParallelSetup parallel{.dp = comm,
                              .zero = args.zero,
                              .bucket_bytes = int64_t(args.bucket_mb * double(1 << 20)),
                              .check_replicas = args.check_replicas};

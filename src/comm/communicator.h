@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/call_spec.h"
@@ -60,6 +61,9 @@ class Communicator {
   int size() const { return int(members_.size()); }
   const std::vector<int>& world_ranks() const { return members_; }  // group rank -> world rank
   const std::string& name() const { return name_; }
+  // Renames the group for what it is (the device mesh names its groups "tp[pp0·dp1]", ...):
+  // timeout and validation errors quote this name. Members should agree on it.
+  void set_name(std::string name) { name_ = std::move(name); }
   TransportKind transport_kind() const { return transport_->kind(); }
   uint64_t sequence() const { return seq_; }  // collective calls made so far
 

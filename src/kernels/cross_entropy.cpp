@@ -143,3 +143,91 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 }
 
 }  // namespace lattice
+
+namespace lattice {
+
+namespace {
+
+void expect_slice(const Tensor& logits, const Tensor& targets, int64_t valid, std::string_view op) {
+  expect_dtype(logits, DType::kF32, op, "logits");
+  expect_rank(logits, 2, op, "logits");
+  expect_dtype(targets, DType::kI32, op, "targets");
+  expect_shape(targets, {logits.dim(0)}, op, "targets");
+  if (valid < 0 || valid > logits.dim(1)) {
+    LATTICE_THROW(ValueError, "{}: {} valid columns of logits {}", op, valid,
+                  logits.shape().to_string());
+  }
+}
+
+}  // namespace
+
+void cross_entropy_slice_max(Tensor& row_max, const Tensor& logits, int64_t valid) {
+  constexpr std::string_view kOp = "cross_entropy_slice_max";
+  expect_dtype(logits, DType::kF32, kOp, "logits");
+  expect_rank(logits, 2, kOp, "logits");
+  expect_dtype(row_max, DType::kF32, kOp, "row_max");
+  expect_shape(row_max, {logits.dim(0)}, kOp, "row_max");
+  const int64_t rows = logits.dim(0), width = logits.dim(1);
+  const float* x = logits.data<float>();
+  float* m = row_max.data<float>();
+  LATTICE_PARALLEL_FOR(rows * valid)
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* xr = x + n * width;
+    m[n] = valid == 0 ? -std::numeric_limits<float>::infinity()
+                      : max_lanes(valid, [&](int64_t v) { return xr[v]; });
+  }
+}
+
+void cross_entropy_slice_sums(Tensor& sums, const Tensor& logits, const Tensor& targets,
+                              const Tensor& row_max, int64_t vocab_start, int64_t valid,
+                              int32_t ignore_index) {
+  constexpr std::string_view kOp = "cross_entropy_slice_sums";
+  expect_slice(logits, targets, valid, kOp);
+  const int64_t rows = logits.dim(0), width = logits.dim(1);
+  expect_shape(sums, {2, rows}, kOp, "sums");
+  expect_shape(row_max, {rows}, kOp, "row_max");
+  const float* x = logits.data<float>();
+  const float* m = row_max.data<float>();
+  const int32_t* t = targets.data<int32_t>();
+  float* sum_exp = sums.data<float>();
+  float* target_logit = sum_exp + rows;
+  LATTICE_PARALLEL_FOR(rows * valid)
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* xr = x + n * width;
+    const float max = m[n];
+    sum_exp[n] =
+        valid == 0 ? 0.0f : sum_lanes(valid, [&](int64_t v) { return exp_fast(xr[v] - max); });
+    const int64_t local = int64_t(t[n]) - vocab_start;
+    target_logit[n] = t[n] != ignore_index && local >= 0 && local < valid ? xr[local] : 0.0f;
+  }
+}
+
+void cross_entropy_slice_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                  const Tensor& row_max, const Tensor& row_sum, int64_t vocab_start,
+                                  int64_t valid, float scale, int32_t ignore_index) {
+  constexpr std::string_view kOp = "cross_entropy_slice_backward";
+  expect_slice(logits, targets, valid, kOp);
+  expect_dtype(dlogits, DType::kF32, kOp, "dlogits");
+  expect_same_shape(dlogits, logits, kOp, "dlogits", "logits");
+  const int64_t rows = logits.dim(0), width = logits.dim(1);
+  expect_shape(row_max, {rows}, kOp, "row_max");
+  expect_shape(row_sum, {rows}, kOp, "row_sum");
+  const float* x = logits.data<float>();
+  float* d = dlogits.data<float>();
+  const int32_t* t = targets.data<int32_t>();
+  const float* m = row_max.data<float>();
+  const float* s = row_sum.data<float>();
+  LATTICE_PARALLEL_FOR(rows * width)
+  for (int64_t n = 0; n < rows; ++n) {
+    float* dr = d + n * width;
+    const float* xr = x + n * width;
+    if (t[n] == ignore_index) {
+      for (int64_t v = 0; v < width; ++v) dr[v] = 0.0f;
+      continue;
+    }
+    write_row_gradient(dr, xr, valid, int64_t(t[n]) - vocab_start, RowStats{m[n], s[n]}, scale);
+    for (int64_t v = valid; v < width; ++v) dr[v] = 0.0f;
+  }
+}
+
+}  // namespace lattice

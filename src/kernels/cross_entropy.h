@@ -21,4 +21,22 @@ int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                             float scale, int32_t ignore_index = kIgnoreIndex);
 
+// ---- A slice of the vocabulary (vocab-parallel cross-entropy, parallel/) ----
+// logits (N, Vl) f32 hold the global classes [vocab_start, vocab_start + valid) in columns
+// [0, valid); columns from `valid` on are padding and never count. The caller combines the
+// per-slice statistics over the slices (max, then sums) and gets the same loss as above.
+
+// row_max (N) f32 = max over the valid columns of each row (-inf when valid == 0).
+void cross_entropy_slice_max(Tensor& row_max, const Tensor& logits, int64_t valid);
+// sums (2, N) f32: row 0 = Σ exp(x - row_max) over the valid columns; row 1 = the target's logit
+// when the target lies in this slice, else 0 (also 0 for ignored targets).
+void cross_entropy_slice_sums(Tensor& sums, const Tensor& logits, const Tensor& targets,
+                              const Tensor& row_max, int64_t vocab_start, int64_t valid,
+                              int32_t ignore_index = kIgnoreIndex);
+// dlogits (N, Vl) f32 = (exp(x - row_max) / row_sum - onehot(target)) · scale on the valid
+// columns; 0 on padding columns and on rows with ignored targets. May alias logits.
+void cross_entropy_slice_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                  const Tensor& row_max, const Tensor& row_sum, int64_t vocab_start,
+                                  int64_t valid, float scale, int32_t ignore_index = kIgnoreIndex);
+
 }  // namespace lattice

@@ -160,6 +160,26 @@ double sum_squares(const Tensor& x) {
   return total;
 }
 
+void bias_forward(Tensor& out, const Tensor& bias) {
+  constexpr std::string_view kOp = "bias_forward";
+  expect_dtype(out, DType::kF32, kOp, "out");
+  expect_dtype(bias, DType::kF32, kOp, "bias");
+  if (out.rank() < 1) {
+    LATTICE_THROW(ShapeError, "{}: 'out' must have rank >= 1, got {}", kOp,
+                  out.shape().to_string());
+  }
+  const int64_t width = out.dim(-1);
+  expect_shape(bias, {width}, kOp, "bias");
+  const int64_t rows = kernel::rows_of(out);
+  float* o = out.data<float>();
+  const float* b = bias.data<float>();
+  LATTICE_PARALLEL_FOR(rows * width)
+  for (int64_t n = 0; n < rows; ++n) {
+    float* row = o + n * width;
+    for (int64_t c = 0; c < width; ++c) row[c] += b[c];
+  }
+}
+
 void bias_backward(Tensor& dbias, const Tensor& dout) {
   constexpr std::string_view kOp = "bias_backward";
   expect_dtype(dbias, DType::kF32, kOp, "dbias");

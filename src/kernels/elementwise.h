@@ -13,6 +13,8 @@ void axpy(Tensor& y, float alpha, const Tensor& x);
 void scale(Tensor& x, float alpha);
 // Σ x² over all elements, accumulated in double (for gradient norms).
 double sum_squares(const Tensor& x);
+// out (N, OC) f32 += bias (OC) f32 on every row (a bias added after a reduction).
+void bias_forward(Tensor& out, const Tensor& bias);
 // dbias (OC) f32 += Σ over rows of dout (N, OC).
 void bias_backward(Tensor& dbias, const Tensor& dout);
 

@@ -6,70 +6,164 @@
 
 namespace lattice {
 
-ParameterRegistry::ParameterRegistry(const ModelConfig& c) {
+void validate_tensor_parallel(const ModelConfig& c, const TensorParallelLayout& tp) {
   c.validate();
+  const int n = tp.size;
+  if (n < 1 || tp.rank < 0 || tp.rank >= n) {
+    LATTICE_THROW(ConfigError, "tensor-parallel rank {} of {} ---> HINT: --tp must be at least 1",
+                  tp.rank, n);
+  }
+  if (c.n_head % n != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}' has {} attention heads, which do not split over --tp {} ---> HINT: "
+                  "choose a --tp that divides n_head ({})",
+                  c.name, c.n_head, n, c.n_head);
+  }
+  if (c.n_kv_head % n != 0 && n % c.n_kv_head != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}' has {} kv heads: --tp {} neither divides them nor is a multiple of "
+                  "them ---> HINT: choose a --tp that divides n_kv_head or that n_kv_head divides",
+                  c.name, c.n_kv_head, n);
+  }
+  if (c.n_kv_head % n != 0 && c.family == ModelFamily::kGpt2) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}' (gpt2 family, fused c_attn) has {} kv heads that do not split over "
+                  "--tp {} ---> HINT: choose a --tp that divides n_kv_head; replicated kv heads "
+                  "need the separate k/v projections of the llama family",
+                  c.name, c.n_kv_head, n);
+  }
+  if (c.d_ff % n != 0) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}' has d_ff {}, which does not split over --tp {} ---> HINT: choose a "
+                  "--tp that divides d_ff",
+                  c.name, c.d_ff, n);
+  }
+}
+
+ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout tp) : tp_(tp) {
+  validate_tensor_parallel(c, tp);
   const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, KV = c.kv_width();
+  const int64_t HS = c.head_size();
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   const std::string root = gpt2 ? "transformer." : "model.";
+  const int n = tp.size, r = tp.rank;
+  const bool sp = tp.sequence_parallel && n > 1;
 
-  // Norm weights (and LayerNorm biases when the model has biases).
+  heads_.q_heads = c.n_head / n;
+  heads_.q_head_first = heads_.q_heads * r;
+  heads_.kv_replicated = c.n_kv_head % n != 0;
+  if (heads_.kv_replicated) {
+    // n is a multiple of n_kv_head: this rank's query heads share one kv head.
+    heads_.kv_heads = 1;
+    heads_.kv_head_first = heads_.q_head_first / (c.n_head / c.n_kv_head);
+  } else {
+    heads_.kv_heads = c.n_kv_head / n;
+    heads_.kv_head_first = heads_.kv_heads * r;
+  }
+  const ShardSpec vocab = n == 1 ? replicated_shard() : padded_split_shard(0, V, n, r);
+  vocab_start_ = n == 1 ? 0 : vocab.pieces[0].begin;
+  vocab_valid_ = n == 1 ? V : vocab.pieces[0].length;
+
+  // The output features of a column-parallel map, split by heads (q) or evenly (MLP).
+  auto column = [&](int64_t features) -> ShardPiece { return {features / n * r, features / n}; };
+  const ShardPiece q_cols = column(C);
+  const ShardPiece kv_cols{heads_.kv_head_first * HS, heads_.kv_heads * HS};
+  const ShardPiece ff_cols = column(F);
+  auto split = [&](int dim, std::vector<ShardPiece> pieces) {
+    return n == 1 ? replicated_shard() : ShardSpec{dim, std::move(pieces), 0};
+  };
+
+  // Norm weights (and LayerNorm biases): replicated; under sequence parallelism each rank sees
+  // only its token rows, so their gradients are partial.
   auto add_norm = [&](const std::string& prefix) {
-    add(prefix + ".weight", {C}, ParamInit::kOnes, false);
+    add(prefix + ".weight", {C}, ParamInit::kOnes, false, replicated_shard(), sp);
     if (c.norm == NormKind::kLayerNorm && c.bias)
-      add(prefix + ".bias", {C}, ParamInit::kZeros, false);
+      add(prefix + ".bias", {C}, ParamInit::kZeros, false, replicated_shard(), sp);
   };
-  // A linear map in -> out: GPT-2's Conv1D stores [in, out]; Llama's Linear stores [out, in].
-  auto add_linear = [&](const std::string& prefix, int64_t in, int64_t out, ParamInit init) {
-    add(prefix + ".weight", gpt2 ? Shape{in, out} : Shape{out, in}, init, true);
-    if (c.bias) add(prefix + ".bias", {out}, ParamInit::kZeros, false);
+  // GPT-2's Conv1D stores [in, out]; Llama's Linear stores [out, in].
+  const int out_dim = gpt2 ? 1 : 0, in_dim = gpt2 ? 0 : 1;
+  auto weight_shape = [&](int64_t in, int64_t out) {
+    return gpt2 ? Shape{in, out} : Shape{out, in};
+  };
+  // Column-parallel: output features split (weight and bias alike).
+  auto add_column = [&](const std::string& prefix, int64_t in, int64_t out,
+                        std::vector<ShardPiece> pieces, ParamInit init) {
+    add(prefix + ".weight", weight_shape(in, out), init, true, split(out_dim, pieces), false);
+    if (c.bias) add(prefix + ".bias", {out}, ParamInit::kZeros, false, split(0, pieces), false);
+  };
+  // Row-parallel: input features split; the bias is added once, after the reduction.
+  auto add_row = [&](const std::string& prefix, int64_t in, int64_t out, ShardPiece piece) {
+    add(prefix + ".weight", weight_shape(in, out), ParamInit::kResidualNormal, true,
+        split(in_dim, {piece}), false);
+    if (c.bias) add(prefix + ".bias", {out}, ParamInit::kZeros, false, replicated_shard(), sp);
+  };
+  // Replicated kv projections: every rank holds all kv heads and uses one; the gradients of
+  // the heads a rank does not use are zero there, so the group sum is the full gradient.
+  auto add_kv = [&](const std::string& prefix) {
+    if (!heads_.kv_replicated) {
+      add_column(prefix, C, KV, {kv_cols}, ParamInit::kNormal);
+      return;
+    }
+    add(prefix + ".weight", weight_shape(C, KV), ParamInit::kNormal, true, replicated_shard(),
+        true);
+    if (c.bias) add(prefix + ".bias", {KV}, ParamInit::kZeros, false, replicated_shard(), true);
   };
 
-  add(root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), {V, C}, ParamInit::kNormal, true);
+  add(root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), {V, C}, ParamInit::kNormal, true, vocab,
+      false);
   if (c.position == PositionKind::kLearned) {
     add(root + (gpt2 ? "wpe.weight" : "embed_positions.weight"), {c.seq_len, C}, ParamInit::kNormal,
-        true);
+        true, replicated_shard(), sp);
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (gpt2) {
       std::string h = fmt::format("transformer.h.{}.", l);
       add_norm(h + "ln_1");
-      add_linear(h + "attn.c_attn", C, C + 2 * KV, ParamInit::kNormal);
-      add_linear(h + "attn.c_proj", C, C, ParamInit::kResidualNormal);
+      // Fused [q | k | v] columns: each rank takes its heads' columns of each part.
+      add_column(
+          h + "attn.c_attn", C, C + 2 * KV,
+          {q_cols, {C + kv_cols.begin, kv_cols.length}, {C + KV + kv_cols.begin, kv_cols.length}},
+          ParamInit::kNormal);
+      add_row(h + "attn.c_proj", C, C, q_cols);
       add_norm(h + "ln_2");
-      if (c.mlp == MlpKind::kGelu) {
-        add_linear(h + "mlp.c_fc", C, F, ParamInit::kNormal);
-      } else {
-        add_linear(h + "mlp.c_fc", C, F, ParamInit::kNormal);   // gate
-        add_linear(h + "mlp.c_fc2", C, F, ParamInit::kNormal);  // up
-      }
-      add_linear(h + "mlp.c_proj", F, C, ParamInit::kResidualNormal);
+      add_column(h + "mlp.c_fc", C, F, {ff_cols}, ParamInit::kNormal);  // GELU, or SwiGLU's gate
+      if (c.mlp == MlpKind::kSwiglu)
+        add_column(h + "mlp.c_fc2", C, F, {ff_cols}, ParamInit::kNormal);
+      add_row(h + "mlp.c_proj", F, C, ff_cols);
     } else {
       std::string h = fmt::format("model.layers.{}.", l);
       add_norm(h + "input_layernorm");
-      add_linear(h + "self_attn.q_proj", C, C, ParamInit::kNormal);
-      add_linear(h + "self_attn.k_proj", C, KV, ParamInit::kNormal);
-      add_linear(h + "self_attn.v_proj", C, KV, ParamInit::kNormal);
-      add_linear(h + "self_attn.o_proj", C, C, ParamInit::kResidualNormal);
+      add_column(h + "self_attn.q_proj", C, C, {q_cols}, ParamInit::kNormal);
+      add_kv(h + "self_attn.k_proj");
+      add_kv(h + "self_attn.v_proj");
+      add_row(h + "self_attn.o_proj", C, C, q_cols);
       add_norm(h + "post_attention_layernorm");
       if (c.mlp == MlpKind::kSwiglu) {
-        add_linear(h + "mlp.gate_proj", C, F, ParamInit::kNormal);
-        add_linear(h + "mlp.up_proj", C, F, ParamInit::kNormal);
-      } else {
-        add_linear(h + "mlp.up_proj", C, F, ParamInit::kNormal);
+        add_column(h + "mlp.gate_proj", C, F, {ff_cols}, ParamInit::kNormal);
       }
-      add_linear(h + "mlp.down_proj", F, C, ParamInit::kResidualNormal);
+      add_column(h + "mlp.up_proj", C, F, {ff_cols}, ParamInit::kNormal);
+      add_row(h + "mlp.down_proj", F, C, ff_cols);
     }
   }
   add_norm(gpt2 ? "transformer.ln_f" : "model.norm");
-  if (!c.tied_embeddings) add("lm_head.weight", {V, C}, ParamInit::kNormal, true);
+  if (!c.tied_embeddings) add("lm_head.weight", {V, C}, ParamInit::kNormal, true, vocab, false);
 }
 
-int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool weight_decay) {
-  int64_t numel = shape.numel();
-  specs_.push_back(ParameterSpec{std::move(name), std::move(shape), init, weight_decay, total_});
+int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool weight_decay,
+                           ShardSpec shard, bool partial_grad) {
+  ParameterSpec spec{std::move(name), std::move(shape), init,    weight_decay,
+                     total_,          std::move(shard), Shape(), partial_grad};
+  spec.local_shape = spec.shard.local_shape(spec.shape);
   // Keep every parameter 16-element aligned so views start on 64-byte boundaries.
-  total_ += (numel + 15) / 16 * 16;
+  total_ += (spec.local_shape.numel() + 15) / 16 * 16;
+  specs_.push_back(std::move(spec));
   return int(specs_.size()) - 1;
+}
+
+int64_t ParameterRegistry::global_elements() const {
+  int64_t total = 0;
+  for (const ParameterSpec& spec : specs_) total += spec.shape.numel();
+  return total;
 }
 
 int ParameterRegistry::find(std::string_view name) const {
@@ -114,8 +208,13 @@ ParameterStore::ParameterStore(const ParameterRegistry& registry, Arena& arena, 
 }
 
 void ParameterStore::initialize(const ModelConfig& config, uint64_t seed) {
+  // Each local element draws from its global index: a shard holds the global tensor's values.
+  master_.zero_();  // padding stays zero
+  float* master = master_.data<float>();
   for (const ParameterSpec& spec : registry_.specs()) {
-    initial_values(spec, config, seed, 0, spec.shape.numel(), master_.data<float>() + spec.offset);
+    for_each_shard_run(spec.shape, spec.shard, [&](int64_t global, int64_t local, int64_t count) {
+      initial_values(spec, config, seed, global, count, master + spec.offset + local);
+    });
   }
   refresh_compute_copy();
 }
@@ -126,7 +225,8 @@ void ParameterStore::refresh_compute_copy() {
 
 Tensor ParameterStore::slice(const Tensor& flat, int index) const {
   const ParameterSpec& spec = registry_.at(index);
-  return flat.slice_rows(spec.offset, spec.offset + spec.shape.numel()).view(spec.shape);
+  return flat.slice_rows(spec.offset, spec.offset + spec.local_shape.numel())
+      .view(spec.local_shape);
 }
 
 Tensor ParameterStore::master(int index) const {

@@ -4,6 +4,10 @@
 // and an initialiser; its values are a pure function of (seed, name, element index) through the
 // counter-based RNG, so any shard of it can be initialised alone (DESIGN.md invariant 1).
 //
+// Under tensor parallelism (Megatron-LM) each rank holds a shard of most parameters: the spec
+// records the global shape, the shard of this rank and its local shape; the store holds local
+// shards only. A shard's values are the matching slice of the global tensor bit for bit.
+//
 // The store keeps all parameters of a rank in one contiguous f32 buffer (and gradients in a
 // second with the same layout), so the optimizer, the gradient norm and data-parallel reduction
 // work on flat ranges; each parameter is a view into it.
@@ -16,6 +20,8 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "parallel/shard_spec.h"
+#include "parallel/tensor_parallel.h"
 
 namespace lattice {
 
@@ -32,26 +38,58 @@ struct ParameterSpec {
   ParamInit init = ParamInit::kNormal;
   bool weight_decay = false;  // matrices and embeddings decay; norms and biases do not
   int64_t offset = 0;         // first element in the flat store
+  ShardSpec shard;            // this rank's part of the global tensor
+  Shape local_shape;          // shape of that part as stored (padding included)
+  // The gradient each rank computes is a partial sum over the tensor-parallel group (replicated
+  // parameters that see only part of the work: norms and row-parallel biases under sequence
+  // parallelism, replicated kv projections): summed over the group once per step.
+  bool partial_grad = false;
 };
+
+// How attention heads are laid out on the tensor-parallel ranks.
+struct TensorParallelHeads {
+  int64_t q_heads = 0;         // local query heads
+  int64_t q_head_first = 0;    // first global query head
+  int64_t kv_heads = 0;        // local key/value heads
+  int64_t kv_head_first = 0;   // first global kv head used
+  bool kv_replicated = false;  // kv projections replicated (n_kv_head does not divide by tp)
+};
+
+// ConfigError, before anything is allocated, when the model cannot be split over `tp` ranks:
+// heads, kv heads or d_ff that do not divide.
+void validate_tensor_parallel(const ModelConfig& config, const TensorParallelLayout& tp);
 
 class ParameterRegistry {
  public:
-  explicit ParameterRegistry(const ModelConfig& config);
+  explicit ParameterRegistry(const ModelConfig& config, TensorParallelLayout tp = {});
 
   const std::vector<ParameterSpec>& specs() const { return specs_; }
+  // Elements of this rank's flat store (local shards, alignment padding included).
   int64_t total_elements() const { return total_; }
+  // Elements of the whole model (global shapes): the parameter count.
+  int64_t global_elements() const;
+  const TensorParallelLayout& tensor_parallel() const { return tp_; }
+  const TensorParallelHeads& heads() const { return heads_; }
+  // Rows of the token table (and output head) this rank holds: [start, start + valid), padded
+  // locally to the same count on every rank.
+  int64_t vocab_start() const { return vocab_start_; }
+  int64_t vocab_valid() const { return vocab_valid_; }
   // Index of a parameter by global name, or -1.
   int find(std::string_view name) const;
   const ParameterSpec& at(int index) const { return specs_.at(size_t(index)); }
 
  private:
-  int add(std::string name, Shape shape, ParamInit init, bool weight_decay);
+  int add(std::string name, Shape shape, ParamInit init, bool weight_decay, ShardSpec shard,
+          bool partial_grad);
 
   std::vector<ParameterSpec> specs_;
   int64_t total_ = 0;
+  TensorParallelLayout tp_;
+  TensorParallelHeads heads_;
+  int64_t vocab_start_ = 0, vocab_valid_ = 0;
 };
 
-// Fills `out` with elements [first, first + count) of a parameter's initial values.
+// Fills `out` with elements [first, first + count) of a parameter's initial (global) values.
 void initial_values(const ParameterSpec& spec, const ModelConfig& config, uint64_t seed,
                     int64_t first, int64_t count, float* out);
 
@@ -71,7 +109,7 @@ class ParameterStore {
   Tensor& compute() { return compute_; }
   DType compute_dtype() const { return compute_.dtype(); }
 
-  // Views with the parameter's shape.
+  // Views with the parameter's local shape.
   Tensor master(int index) const;
   Tensor grad(int index) const;
   Tensor compute(int index) const;

@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include <optional>
+
 #include "kernels/activations.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -13,12 +15,15 @@ namespace lattice {
 
 namespace {
 
-// A linear map's parameters. GPT-2's Conv1D stores the weight [in, out] (y = x·W); Llama's
-// Linear stores it [out, in] (y = x·Wᵀ).
+// A linear map's parameters as this rank holds them. GPT-2's Conv1D stores the weight [in, out]
+// (y = x·W); Llama's Linear stores it [out, in] (y = x·Wᵀ). A replicated kv projection is used
+// only in part: output features [out_first, out_first + out_count) (Llama layout, so rows).
 struct Linear {
   int weight = -1;
   int bias = -1;
   bool in_out = false;
+  int64_t out_first = 0;
+  int64_t out_count = 0;  // 0: all
 };
 
 struct Norm {
@@ -38,25 +43,35 @@ Norm find_norm(const ParameterRegistry& r, const std::string& prefix) {
   return n;
 }
 
-// y (N, out) = x (N, in) · W + b
-void linear_forward(const ParameterStore& s, const Linear& l, Tensor& y, const Tensor& x) {
-  Tensor bias = l.bias >= 0 ? s.master(l.bias) : Tensor();
-  matmul(y, x, s.compute(l.weight), bias, {.transpose_b = !l.in_out});
+// The used part of a linear map's weight (or its gradient) and bias.
+Tensor used_weight(const Linear& l, const Tensor& w) {
+  return l.out_count > 0 ? w.slice_rows(l.out_first, l.out_first + l.out_count) : w;
+}
+Tensor used_bias(const Linear& l, const Tensor& b) {
+  return l.out_count > 0 ? b.slice_rows(l.out_first, l.out_first + l.out_count) : b;
 }
 
-// dx (=, or += with accumulate_dx) dy · Wᵀ; dW += xᵀ·dy (or dyᵀ·x); db += Σ rows of dy.
+// y (N, out) = x (N, in) · W (+ b unless the bias is added after a reduction).
+void linear_forward(const ParameterStore& s, const Linear& l, Tensor& y, const Tensor& x,
+                    bool add_bias = true) {
+  Tensor bias = l.bias >= 0 && add_bias ? used_bias(l, s.master(l.bias)) : Tensor();
+  matmul(y, x, used_weight(l, s.compute(l.weight)), bias, {.transpose_b = !l.in_out});
+}
+
+// dx (=, or += with accumulate_dx) dy · Wᵀ; dW += xᵀ·dy (or dyᵀ·x); db += Σ rows of dy unless
+// the bias was added after a reduction (its gradient is then taken by the caller).
 void linear_backward(const ParameterStore& s, const Linear& l, Tensor& dx, bool accumulate_dx,
-                     const Tensor& dy, const Tensor& x) {
-  matmul(dx, dy, s.compute(l.weight), Tensor(),
+                     const Tensor& dy, const Tensor& x, bool bias_grad = true) {
+  matmul(dx, dy, used_weight(l, s.compute(l.weight)), Tensor(),
          {.transpose_b = l.in_out, .accumulate = accumulate_dx});
-  Tensor dw = s.grad(l.weight);
+  Tensor dw = used_weight(l, s.grad(l.weight));
   if (l.in_out) {
     matmul(dw, x, dy, Tensor(), {.transpose_a = true, .accumulate = true});
   } else {
     matmul(dw, dy, x, Tensor(), {.transpose_a = true, .accumulate = true});
   }
-  if (l.bias >= 0) {
-    Tensor db = s.grad(l.bias);
+  if (l.bias >= 0 && bias_grad) {
+    Tensor db = used_bias(l, s.grad(l.bias));
     bias_backward(db, dy);
   }
 }
@@ -66,53 +81,65 @@ void linear_backward(const ParameterStore& s, const Linear& l, Tensor& dx, bool 
 struct Transformer::Layer {
   Norm norm1, norm2;
   std::vector<Linear> qkv;  // GPT-2: one fused c_attn; Llama: q_proj, k_proj, v_proj
-  Linear out;               // attention output projection
-  Linear up;                // GELU: c_fc; SwiGLU: the "up" branch
-  Linear gate;              // SwiGLU only
-  Linear down;              // MLP output projection
+  Linear out;               // attention output projection (row-parallel)
+  Linear up;                // GELU: c_fc; SwiGLU: the "up" branch (column-parallel)
+  Linear gate;              // SwiGLU only (column-parallel)
+  Linear down;              // MLP output projection (row-parallel)
 };
 
 // One micro-batch's activations (forward) and gradient scratch (backward). Shapes use the
-// letters of kernels/README.md; cdt is the compute dtype.
+// letters of kernels/README.md with this rank's sizes: N rows of the micro-batch, R rows of the
+// residual stream (N, or N / tp under sequence parallelism), QH query and KH kv heads, Q = QH·HS
+// and K = KH·HS their widths, H = d_ff / tp hidden features, W = padded vocabulary slice. cdt is
+// the compute dtype.
 struct Transformer::Activations {
-  int64_t B = 0, T = 0, N = 0;
+  int64_t B = 0, T = 0, N = 0, R = 0, first_row = 0;
   Tensor tokens, targets;  // the caller's (B, T) i32
 
   struct PerLayer {
-    Tensor ln1, ln1_mean, ln1_rstd;  // (N, C) cdt; (N) f32
-    Tensor qkv;                      // (N, C + 2·KV) cdt, GPT-2 only
-    Tensor q, k, v;                  // (B, T, NH|NKV, HS) cdt, after rotary positions
-    Tensor att, lse;                 // (B, T, NH, HS) cdt; (B, NH, T) f32
-    Tensor mid;                      // (N, C) f32: residual after attention
+    Tensor ln1, ln1_mean, ln1_rstd;  // (R, C) cdt; (R) f32
+    Tensor ln1_full;                 // (N, C) cdt: gathered rows (alias of ln1 without sp)
+    Tensor qkv;                      // (N, Q + 2·K) cdt, GPT-2 only
+    Tensor q, k, v;                  // (B, T, QH|KH, HS) cdt, after rotary positions
+    Tensor att, lse;                 // (B, T, QH, HS) cdt; (B, QH, T) f32
+    Tensor mid;                      // (R, C) f32: residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;
-    Tensor up, gate, act;  // (N, F) cdt: pre-activation(s) and the activation
+    Tensor ln2_full;
+    Tensor up, gate, act;  // (N, H) cdt: pre-activation(s) and the activation
   };
-  std::vector<Tensor> residual;  // L + 1 tensors (N, C) f32: input of layer l; final output
+  std::vector<Tensor> residual;  // L + 1 tensors (R, C) f32: input of layer l; final output
   std::vector<PerLayer> layer;
-  Tensor lnf, lnf_mean, lnf_rstd;
-  Tensor logits, losses;  // (N, V) f32; (N) f32
-  Tensor proj;            // (N, C) f32 scratch: output of a projection into the residual stream
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full;
+  Tensor logits, losses;  // (N, W) f32; (N) f32
+  Tensor proj_full;       // (N, C) f32: a row-parallel output before its reduction
+  Tensor proj;            // (R, C) f32: after it (alias of proj_full without sp)
+  std::optional<VocabParallelCrossEntropy> vocab_loss;  // tp > 1
 
   // Backward scratch.
-  Tensor dresidual;         // (N, C) f32
-  Tensor dln;               // (N, C) f32: gradient of a norm's output
-  Tensor dy;                // (N, C) cdt: dresidual as a matmul operand (alias when f32)
-  Tensor datt;              // (B, T, NH, HS) cdt
+  Tensor dresidual;         // (R, C) f32
+  Tensor dln_full;          // (N, C) f32: partial gradient of a norm's output
+  Tensor dln;               // (R, C) f32: after its reduction (alias without sp)
+  Tensor dy;                // (R, C) cdt: dresidual as a matmul operand (alias when f32)
+  Tensor dy_full;           // (N, C) cdt: gathered (alias without sp)
+  Tensor dresidual_full;    // (N, C) f32: gathered for the embedding (alias without sp)
+  Tensor datt;              // (B, T, QH, HS) cdt
   Tensor dq, dk, dv;        // gradients of q, k, v after rotary
   Tensor dq_in, dk_in;      // before rotary (RoPE only)
   Tensor dqkv;              // GPT-2 only
-  Tensor dact, dup, dgate;  // (N, F) cdt
-  Tensor dlogits;           // (N, V) cdt (bf16 only; f32 reuses logits)
+  Tensor dact, dup, dgate;  // (N, H) cdt
+  Tensor dlogits;           // (N, W) cdt (bf16 only; f32 reuses logits)
 };
 
-Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype)
+Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp)
     : config_(std::move(config)),
       arena_(arena),
       compute_dtype_(compute_dtype),
-      registry_(config_),
+      tp_(std::move(tp)),
+      registry_(config_, tp_.layout()),
       store_(registry_, arena, compute_dtype) {
   const ParameterRegistry& r = registry_;
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
+  const TensorParallelHeads& heads = r.heads();
   wte_ = r.find(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
   wpe_ = r.find(gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight");
   Norm lnf = find_norm(r, gpt2 ? "transformer.ln_f" : "model.norm");
@@ -140,6 +167,12 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype)
       layer.qkv = {find_linear(r, h + "self_attn.q_proj", false),
                    find_linear(r, h + "self_attn.k_proj", false),
                    find_linear(r, h + "self_attn.v_proj", false)};
+      if (heads.kv_replicated) {
+        for (int i = 1; i <= 2; ++i) {
+          layer.qkv[size_t(i)].out_first = heads.kv_head_first * config_.head_size();
+          layer.qkv[size_t(i)].out_count = heads.kv_heads * config_.head_size();
+        }
+      }
       layer.out = find_linear(r, h + "self_attn.o_proj", false);
       layer.norm2 = find_norm(r, h + "post_attention_layernorm");
       if (config_.mlp == MlpKind::kSwiglu) layer.gate = find_linear(r, h + "mlp.gate_proj", false);
@@ -147,6 +180,12 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype)
       layer.down = find_linear(r, h + "mlp.down_proj", false);
     }
     layers_.push_back(layer);
+  }
+  int64_t partial = 0;
+  for (const ParameterSpec& spec : r.specs())
+    partial += spec.partial_grad ? spec.local_shape.numel() : 0;
+  if (partial > 0) {
+    partial_grads_ = Tensor::empty(arena_, {partial}, DType::kF32, MemoryCategory::kGradients);
   }
 }
 
@@ -157,8 +196,13 @@ void Transformer::ensure_activations(int64_t B, int64_t T) {
   acts_.reset();  // return the old buffers to the arena before allocating new ones
   auto a = std::make_unique<Activations>();
   const ModelConfig& c = config_;
-  const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size, KV = c.kv_width();
-  const int64_t NH = c.n_head, NKV = c.n_kv_head, HS = c.head_size();
+  const TensorParallelHeads& heads = registry_.heads();
+  const int tp = tp_.size();
+  const bool sp = tp_.sequence_parallel() && tp > 1;
+  const int64_t N = B * T, C = c.d_model, H = c.d_ff / tp, HS = c.head_size();
+  const int64_t QH = heads.q_heads, KH = heads.kv_heads, Q = QH * HS, K = KH * HS;
+  const int64_t W = registry_.at(lm_head_).local_shape[0];
+  const int64_t R = sp ? N / tp : N;
   const DType cdt = compute_dtype_;
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   const bool swiglu = c.mlp == MlpKind::kSwiglu;
@@ -166,53 +210,67 @@ void Transformer::ensure_activations(int64_t B, int64_t T) {
   auto alloc = [&](Shape shape, DType dtype) {
     return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
   };
+  // Under sequence parallelism a gathered copy of the rows; otherwise the rows themselves.
+  auto gathered = [&](const Tensor& rows, Shape shape) {
+    return sp ? alloc(std::move(shape), rows.dtype()) : rows;
+  };
   a->B = B;
   a->T = T;
   a->N = N;
-  for (int64_t l = 0; l <= c.n_layer; ++l) a->residual.push_back(alloc({N, C}, DType::kF32));
+  a->R = R;
+  a->first_row = sp ? R * tp_.rank() : 0;
+  for (int64_t l = 0; l <= c.n_layer; ++l) a->residual.push_back(alloc({R, C}, DType::kF32));
   for (int64_t l = 0; l < c.n_layer; ++l) {
     Activations::PerLayer p;
-    p.ln1 = alloc({N, C}, cdt);
-    p.ln1_mean = alloc({N}, DType::kF32);
-    p.ln1_rstd = alloc({N}, DType::kF32);
-    if (gpt2) p.qkv = alloc({N, C + 2 * KV}, cdt);
-    p.q = alloc({B, T, NH, HS}, cdt);
-    p.k = alloc({B, T, NKV, HS}, cdt);
-    p.v = alloc({B, T, NKV, HS}, cdt);
-    p.att = alloc({B, T, NH, HS}, cdt);
-    p.lse = alloc({B, NH, T}, DType::kF32);
-    p.mid = alloc({N, C}, DType::kF32);
-    p.ln2 = alloc({N, C}, cdt);
-    p.ln2_mean = alloc({N}, DType::kF32);
-    p.ln2_rstd = alloc({N}, DType::kF32);
-    p.up = alloc({N, F}, cdt);
-    if (swiglu) p.gate = alloc({N, F}, cdt);
-    p.act = alloc({N, F}, cdt);
+    p.ln1 = alloc({R, C}, cdt);
+    p.ln1_mean = alloc({R}, DType::kF32);
+    p.ln1_rstd = alloc({R}, DType::kF32);
+    p.ln1_full = gathered(p.ln1, {N, C});
+    if (gpt2) p.qkv = alloc({N, Q + 2 * K}, cdt);
+    p.q = alloc({B, T, QH, HS}, cdt);
+    p.k = alloc({B, T, KH, HS}, cdt);
+    p.v = alloc({B, T, KH, HS}, cdt);
+    p.att = alloc({B, T, QH, HS}, cdt);
+    p.lse = alloc({B, QH, T}, DType::kF32);
+    p.mid = alloc({R, C}, DType::kF32);
+    p.ln2 = alloc({R, C}, cdt);
+    p.ln2_mean = alloc({R}, DType::kF32);
+    p.ln2_rstd = alloc({R}, DType::kF32);
+    p.ln2_full = gathered(p.ln2, {N, C});
+    p.up = alloc({N, H}, cdt);
+    if (swiglu) p.gate = alloc({N, H}, cdt);
+    p.act = alloc({N, H}, cdt);
     a->layer.push_back(std::move(p));
   }
-  a->lnf = alloc({N, C}, cdt);
-  a->lnf_mean = alloc({N}, DType::kF32);
-  a->lnf_rstd = alloc({N}, DType::kF32);
-  a->logits = alloc({N, V}, DType::kF32);
+  a->lnf = alloc({R, C}, cdt);
+  a->lnf_mean = alloc({R}, DType::kF32);
+  a->lnf_rstd = alloc({R}, DType::kF32);
+  a->lnf_full = gathered(a->lnf, {N, C});
+  a->logits = alloc({N, W}, DType::kF32);
   a->losses = alloc({N}, DType::kF32);
-  a->proj = alloc({N, C}, DType::kF32);
+  a->proj_full = alloc({N, C}, DType::kF32);
+  a->proj = sp ? alloc({R, C}, DType::kF32) : a->proj_full;
+  if (tp > 1) a->vocab_loss.emplace(arena_, N);
 
-  a->dresidual = alloc({N, C}, DType::kF32);
-  a->dln = alloc({N, C}, DType::kF32);
-  a->dy = cdt == DType::kF32 ? a->dresidual : alloc({N, C}, cdt);
-  a->datt = alloc({B, T, NH, HS}, cdt);
-  a->dq = alloc({B, T, NH, HS}, cdt);
-  a->dk = alloc({B, T, NKV, HS}, cdt);
-  a->dv = alloc({B, T, NKV, HS}, cdt);
+  a->dresidual = alloc({R, C}, DType::kF32);
+  a->dln_full = alloc({N, C}, DType::kF32);
+  a->dln = sp ? alloc({R, C}, DType::kF32) : a->dln_full;
+  a->dy = cdt == DType::kF32 ? a->dresidual : alloc({R, C}, cdt);
+  a->dy_full = gathered(a->dy, {N, C});
+  a->dresidual_full = gathered(a->dresidual, {N, C});
+  a->datt = alloc({B, T, QH, HS}, cdt);
+  a->dq = alloc({B, T, QH, HS}, cdt);
+  a->dk = alloc({B, T, KH, HS}, cdt);
+  a->dv = alloc({B, T, KH, HS}, cdt);
   if (rope) {
-    a->dq_in = alloc({B, T, NH, HS}, cdt);
-    a->dk_in = alloc({B, T, NKV, HS}, cdt);
+    a->dq_in = alloc({B, T, QH, HS}, cdt);
+    a->dk_in = alloc({B, T, KH, HS}, cdt);
   }
-  if (gpt2) a->dqkv = alloc({N, C + 2 * KV}, cdt);
-  a->dact = alloc({N, F}, cdt);
-  a->dup = alloc({N, F}, cdt);
-  if (swiglu) a->dgate = alloc({N, F}, cdt);
-  if (cdt != DType::kF32) a->dlogits = alloc({N, V}, cdt);
+  if (gpt2) a->dqkv = alloc({N, Q + 2 * K}, cdt);
+  a->dact = alloc({N, H}, cdt);
+  a->dup = alloc({N, H}, cdt);
+  if (swiglu) a->dgate = alloc({N, H}, cdt);
+  if (cdt != DType::kF32) a->dlogits = alloc({N, W}, cdt);
   acts_ = std::move(a);
 }
 
@@ -246,6 +304,31 @@ void copy_unless_alias(Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
+// The rows [first_row, first_row + R) of the micro-batch, in runs that stay inside one sequence.
+void Transformer::add_positions(Tensor& rows, int64_t first_row, int64_t T) const {
+  const int64_t R = rows.dim(0), C = rows.dim(1);
+  for (int64_t r = 0; r < R;) {
+    const int64_t position = (first_row + r) % T, count = std::min(R - r, T - position);
+    Tensor run = rows.slice_rows(r, r + count).view({1, count, C});
+    position_embedding_forward(run, store_.master(wpe_), position);
+    r += count;
+  }
+}
+
+void Transformer::position_grads(const Tensor& drows, int64_t first_row, int64_t T) const {
+  const int64_t R = drows.dim(0), C = drows.dim(1);
+  Tensor dwpe = store_.grad(wpe_);
+  for (int64_t r = 0; r < R;) {
+    const int64_t position = (first_row + r) % T, count = std::min(R - r, T - position);
+    position_embedding_backward(dwpe, drows.slice_rows(r, r + count).view({1, count, C}), position);
+    r += count;
+  }
+}
+
+// Forward of one micro-batch. With tensor parallelism the two collectives of each block are the
+// Megatron pair: before a column-parallel map the input must be whole (all-gather of the rows
+// under sequence parallelism, nothing otherwise); after a row-parallel map the partial sums are
+// reduced (reduce-scatter under sequence parallelism, all-reduce otherwise).
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) {
   expect_dtype(tokens, DType::kI32, "Transformer::forward", "tokens");
   expect_rank(tokens, 2, "Transformer::forward", "tokens");
@@ -256,6 +339,14 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) 
                   "---> HINT: lower the batch's T or raise model.seq_len",
                   T, config_.seq_len);
   }
+  const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
+  if (sp && (B * T) % tp_.size() != 0) {
+    LATTICE_THROW(ShapeError,
+                  "Transformer::forward: sequence parallelism splits the {}·{} = {} token rows of "
+                  "a micro-batch over --tp {}, which does not divide them ---> HINT: choose a "
+                  "micro-batch size or sequence length whose product divides by {}",
+                  B, T, B * T, tp_.size(), tp_.size());
+  }
   if (targets.defined()) {
     expect_dtype(targets, DType::kI32, "Transformer::forward", "targets");
     expect_same_shape(tokens, targets, "Transformer::forward", "tokens", "targets");
@@ -264,62 +355,88 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) 
   Activations& a = *acts_;
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
-  const int64_t N = a.N, C = c.d_model, KV = c.kv_width();
+  const int64_t N = a.N, HS = c.head_size();
+  const int64_t Q = registry_.heads().q_heads * HS, K = registry_.heads().kv_heads * HS;
   a.tokens = tokens;
   a.targets = targets;
   have_targets_ = targets.defined();
 
-  // Embeddings (f32 master tables) into the residual stream.
+  // Embeddings (f32 master tables) into the residual stream. Each rank looks up the tokens of its
+  // vocabulary slice (zeros for the others): the sum over the group is the full lookup.
   Tensor ids = tokens.view({N});
-  embedding_forward(a.residual[0], ids, s.master(wte_));
-  if (c.position == PositionKind::kLearned) {
-    Tensor x = a.residual[0].view({B, T, C});
-    position_embedding_forward(x, s.master(wpe_));
+  if (sp) {
+    embedding_forward(a.proj_full, ids, s.master(wte_), registry_.vocab_start());
+    tp_.reduce_scatter_rows(a.residual[0], a.proj_full, "embedding (fwd)");
+  } else {
+    embedding_forward(a.residual[0], ids, s.master(wte_), registry_.vocab_start());
+    tp_.all_reduce(a.residual[0], "embedding (fwd)");
   }
+  if (c.position == PositionKind::kLearned) add_positions(a.residual[0], a.first_row, T);
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[size_t(l)];
     Activations::PerLayer& p = a.layer[size_t(l)];
     // Attention block: mid = x + out_proj(attention(norm1(x))).
     norm_forward(c, s, L.norm1, p.ln1, p.ln1_mean, p.ln1_rstd, a.residual[size_t(l)]);
-    Tensor q = p.q.view({N, C}), k = p.k.view({N, KV}), v = p.v.view({N, KV});
+    if (sp) tp_.all_gather_rows(p.ln1_full, p.ln1, fmt::format("layer {} ln_1 (fwd)", l));
+    Tensor q = p.q.view({N, Q}), k = p.k.view({N, K}), v = p.v.view({N, K});
     if (L.qkv.size() == 1) {
-      linear_forward(s, L.qkv[0], p.qkv, p.ln1);
+      linear_forward(s, L.qkv[0], p.qkv, p.ln1_full);
       split_last_dim({&q, &k, &v}, p.qkv);
     } else {
-      linear_forward(s, L.qkv[0], q, p.ln1);
-      linear_forward(s, L.qkv[1], k, p.ln1);
-      linear_forward(s, L.qkv[2], v, p.ln1);
+      linear_forward(s, L.qkv[0], q, p.ln1_full);
+      linear_forward(s, L.qkv[1], k, p.ln1_full);
+      linear_forward(s, L.qkv[2], v, p.ln1_full);
     }
     if (c.position == PositionKind::kRope) {
       rope_forward(p.q, p.q, c.rope_theta);
       rope_forward(p.k, p.k, c.rope_theta);
     }
     attention_forward(p.att, p.lse, p.q, p.k, p.v);
-    linear_forward(s, L.out, a.proj, p.att.view({N, C}));
+    linear_forward(s, L.out, a.proj_full, p.att.view({N, Q}), false);
+    if (sp) {
+      tp_.reduce_scatter_rows(a.proj, a.proj_full, fmt::format("layer {} attn out (fwd)", l));
+    } else {
+      tp_.all_reduce(a.proj_full, fmt::format("layer {} attn out (fwd)", l));
+    }
+    if (L.out.bias >= 0) bias_forward(a.proj, s.master(L.out.bias));
     add(p.mid, a.residual[size_t(l)], a.proj);
 
     // MLP block: out = mid + down(act(up(norm2(mid)))).
     norm_forward(c, s, L.norm2, p.ln2, p.ln2_mean, p.ln2_rstd, p.mid);
-    linear_forward(s, L.up, p.up, p.ln2);
+    if (sp) tp_.all_gather_rows(p.ln2_full, p.ln2, fmt::format("layer {} ln_2 (fwd)", l));
+    linear_forward(s, L.up, p.up, p.ln2_full);
     if (c.mlp == MlpKind::kGelu) {
       gelu_forward(p.act, p.up);
     } else {
-      linear_forward(s, L.gate, p.gate, p.ln2);
+      linear_forward(s, L.gate, p.gate, p.ln2_full);
       swiglu_forward(p.act, p.gate, p.up);
     }
-    linear_forward(s, L.down, a.proj, p.act);
+    linear_forward(s, L.down, a.proj_full, p.act, false);
+    if (sp) {
+      tp_.reduce_scatter_rows(a.proj, a.proj_full, fmt::format("layer {} mlp out (fwd)", l));
+    } else {
+      tp_.all_reduce(a.proj_full, fmt::format("layer {} mlp out (fwd)", l));
+    }
+    if (L.down.bias >= 0) bias_forward(a.proj, s.master(L.down.bias));
     add(a.residual[size_t(l) + 1], p.mid, a.proj);
   }
 
   Norm lnf{lnf_w_, lnf_b_};
   norm_forward(c, s, lnf, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual.back());
-  // logits (N, V) = lnf · Wᵀ with W (V, C): the tied token table or the separate head.
-  matmul(a.logits, a.lnf, s.compute(lm_head_), Tensor(), {.transpose_b = true});
+  if (sp) tp_.all_gather_rows(a.lnf_full, a.lnf, "ln_f (fwd)");
+  // logits (N, W) = lnf · Wᵀ with W (W, C): this rank's rows of the token table or the head.
+  matmul(a.logits, a.lnf_full, s.compute(lm_head_), Tensor(), {.transpose_b = true});
 
   ForwardResult result;
   if (targets.defined()) {
-    result.token_count = cross_entropy_forward(a.losses, a.logits, targets.view({N}));
+    if (a.vocab_loss) {
+      result.token_count =
+          a.vocab_loss->forward(tp_, a.losses, a.logits, targets.view({N}),
+                                {registry_.vocab_start(), registry_.vocab_valid()}, c.vocab_size);
+    } else {
+      result.token_count = cross_entropy_forward(a.losses, a.logits, targets.view({N}));
+    }
     const float* losses = a.losses.data<float>();
     for (int64_t i = 0; i < N; ++i) result.loss_sum += double(losses[i]);
   }
@@ -328,6 +445,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) 
 
 const Tensor& Transformer::logits() const {
   LATTICE_CHECK(acts_ != nullptr, "logits() before any forward()");
+  LATTICE_CHECK(tp_.size() == 1, "logits() of a tensor-parallel rank hold a vocabulary slice");
   return acts_->logits;
 }
 
@@ -345,27 +463,51 @@ void Transformer::report_layer_grads_ready(const Layer& L) const {
   for (const Linear& q : L.qkv) report_grads_ready({q.weight, q.bias});
 }
 
+// Backward mirrors forward: the gradient of an all-gather is a reduce-scatter and the other way
+// round; the gradient of an all-reduce after a row-parallel map is nothing (every rank already
+// holds the whole gradient), and the input gradient of a column-parallel map is a partial sum.
 void Transformer::backward(float loss_scale) {
   LATTICE_CHECK(acts_ != nullptr && have_targets_,
                 "backward() needs a forward() with targets first");
   Activations& a = *acts_;
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
-  const int64_t N = a.N, C = c.d_model, KV = c.kv_width();
-  const int64_t B = a.B, T = a.T;
+  const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
+  const int64_t N = a.N, HS = c.head_size();
+  const int64_t Q = registry_.heads().q_heads * HS, K = registry_.heads().kv_heads * HS;
+  const int64_t T = a.T;
+  // The partial gradient of a norm's output (N, C) becomes this rank's rows of the sum.
+  auto reduce_dln = [&](std::string what) {
+    if (sp) {
+      tp_.reduce_scatter_rows(a.dln, a.dln_full, what);
+    } else {
+      tp_.all_reduce(a.dln_full, what);
+    }
+  };
+  // The gradient of the residual stream as a matmul operand, gathered to all N rows.
+  auto gather_dy = [&](std::string what) {
+    copy_unless_alias(a.dy, a.dresidual);
+    if (sp) tp_.all_gather_rows(a.dy_full, a.dy, what);
+  };
 
   // Loss -> logits, written in place of the logits (they are not needed afterwards).
-  cross_entropy_backward(a.logits, a.logits, a.targets.view({N}), loss_scale);
+  if (a.vocab_loss) {
+    a.vocab_loss->backward(a.logits, a.logits, a.targets.view({N}),
+                           {registry_.vocab_start(), registry_.vocab_valid()}, loss_scale);
+  } else {
+    cross_entropy_backward(a.logits, a.logits, a.targets.view({N}), loss_scale);
+  }
   Tensor dlogits = a.logits;
   if (compute_dtype_ != DType::kF32) {
     a.dlogits.copy_from(a.logits);
     dlogits = a.dlogits;
   }
-  // Output head: logits = lnf · Wᵀ, W (V, C).
-  matmul(a.dln, dlogits, s.compute(lm_head_), Tensor(), {});
+  // Output head: logits = lnf · Wᵀ, W (W, C).
+  matmul(a.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
   Tensor dhead = s.grad(lm_head_);
-  matmul(dhead, dlogits, a.lnf, Tensor(), {.transpose_a = true, .accumulate = true});
+  matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
   if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
+  reduce_dln("ln_f (bwd)");
   a.dresidual.zero_();
   norm_backward(c, s, Norm{lnf_w_, lnf_b_}, a.dresidual, a.dln, a.residual.back(), a.lnf_mean,
                 a.lnf_rstd);
@@ -376,24 +518,33 @@ void Transformer::backward(float loss_scale) {
     Activations::PerLayer& p = a.layer[size_t(l)];
 
     // MLP block. dresidual holds d(layer output) = d(mid) before norm2's contribution.
-    copy_unless_alias(a.dy, a.dresidual);
-    linear_backward(s, L.down, a.dact, false, a.dy, p.act);
+    gather_dy(fmt::format("layer {} mlp out (bwd)", l));
+    if (L.down.bias >= 0) {
+      Tensor db = s.grad(L.down.bias);
+      bias_backward(db, a.dy);
+    }
+    linear_backward(s, L.down, a.dact, false, a.dy_full, p.act, false);
     a.dup.zero_();
     if (c.mlp == MlpKind::kGelu) {
       gelu_backward(a.dup, a.dact, p.up);
-      linear_backward(s, L.up, a.dln, false, a.dup, p.ln2);
+      linear_backward(s, L.up, a.dln_full, false, a.dup, p.ln2_full);
     } else {
       a.dgate.zero_();
       swiglu_backward(a.dgate, a.dup, a.dact, p.gate, p.up);
-      linear_backward(s, L.gate, a.dln, false, a.dgate, p.ln2);
-      linear_backward(s, L.up, a.dln, true, a.dup, p.ln2);
+      linear_backward(s, L.gate, a.dln_full, false, a.dgate, p.ln2_full);
+      linear_backward(s, L.up, a.dln_full, true, a.dup, p.ln2_full);
     }
+    reduce_dln(fmt::format("layer {} ln_2 (bwd)", l));
     norm_backward(c, s, L.norm2, a.dresidual, a.dln, p.mid, p.ln2_mean, p.ln2_rstd);
 
     // Attention block. dresidual now holds d(mid) = d(layer input) before norm1's contribution.
-    copy_unless_alias(a.dy, a.dresidual);
-    Tensor datt = a.datt.view({N, C});
-    linear_backward(s, L.out, datt, false, a.dy, p.att.view({N, C}));
+    gather_dy(fmt::format("layer {} attn out (bwd)", l));
+    if (L.out.bias >= 0) {
+      Tensor db = s.grad(L.out.bias);
+      bias_backward(db, a.dy);
+    }
+    Tensor datt = a.datt.view({N, Q});
+    linear_backward(s, L.out, datt, false, a.dy_full, p.att.view({N, Q}), false);
     a.dq.zero_();
     a.dk.zero_();
     a.dv.zero_();
@@ -407,27 +558,45 @@ void Transformer::backward(float loss_scale) {
       dq = a.dq_in;
       dk = a.dk_in;
     }
-    Tensor dq2 = dq.view({N, C}), dk2 = dk.view({N, KV}), dv2 = a.dv.view({N, KV});
+    Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = a.dv.view({N, K});
     if (L.qkv.size() == 1) {
       concat_last_dim(a.dqkv, {&dq2, &dk2, &dv2});
-      linear_backward(s, L.qkv[0], a.dln, false, a.dqkv, p.ln1);
+      linear_backward(s, L.qkv[0], a.dln_full, false, a.dqkv, p.ln1_full);
     } else {
-      linear_backward(s, L.qkv[0], a.dln, false, dq2, p.ln1);
-      linear_backward(s, L.qkv[1], a.dln, true, dk2, p.ln1);
-      linear_backward(s, L.qkv[2], a.dln, true, dv2, p.ln1);
+      linear_backward(s, L.qkv[0], a.dln_full, false, dq2, p.ln1_full);
+      linear_backward(s, L.qkv[1], a.dln_full, true, dk2, p.ln1_full);
+      linear_backward(s, L.qkv[2], a.dln_full, true, dv2, p.ln1_full);
     }
+    reduce_dln(fmt::format("layer {} ln_1 (bwd)", l));
     norm_backward(c, s, L.norm1, a.dresidual, a.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);
     report_layer_grads_ready(L);
   }
 
-  // Embeddings.
+  // Embeddings: each rank scatters into the rows of its vocabulary slice.
+  if (sp) tp_.all_gather_rows(a.dresidual_full, a.dresidual, "embedding (bwd)");
   Tensor dwte = s.grad(wte_);
-  embedding_backward(dwte, a.dresidual, a.tokens.view({N}));
-  if (c.position == PositionKind::kLearned) {
-    Tensor dwpe = s.grad(wpe_);
-    position_embedding_backward(dwpe, a.dresidual.view({B, T, C}));
-  }
+  embedding_backward(dwte, a.dresidual_full, a.tokens.view({N}), registry_.vocab_start());
+  if (c.position == PositionKind::kLearned) position_grads(a.dresidual, a.first_row, T);
   report_grads_ready({wte_, wpe_});
+}
+
+void Transformer::reduce_partial_grads() {
+  if (!partial_grads_.defined() || tp_.size() == 1) return;
+  // Packed into one buffer: one collective instead of one per norm and bias.
+  float* packed = partial_grads_.data<float>();
+  auto for_each_partial = [&](auto&& fn) {
+    int64_t at = 0;
+    for (int i = 0; i < int(registry_.specs().size()); ++i) {
+      const ParameterSpec& spec = registry_.at(i);
+      if (!spec.partial_grad) continue;
+      float* grad = store_.grad(i).data<float>();
+      fn(grad, packed + at, spec.local_shape.numel());
+      at += spec.local_shape.numel();
+    }
+  };
+  for_each_partial([](float* grad, float* pack, int64_t n) { std::copy(grad, grad + n, pack); });
+  tp_.all_reduce(partial_grads_, "replicated parameters' gradients");
+  for_each_partial([](float* grad, float* pack, int64_t n) { std::copy(pack, pack + n, grad); });
 }
 
 }  // namespace lattice

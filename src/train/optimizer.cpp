@@ -25,7 +25,7 @@ void AdamW::step(float lr) {
     const ParameterSpec& spec = specs[size_t(i)];
     // The part of this parameter inside the owned range (AdamW is elementwise).
     const int64_t begin = std::max(spec.offset, shard_begin_);
-    const int64_t end = std::min(spec.offset + spec.shape.numel(), shard_end_);
+    const int64_t end = std::min(spec.offset + spec.local_shape.numel(), shard_end_);
     if (begin >= end) continue;
     AdamWHyper h = hyper_;
     h.lr = lr;

@@ -38,11 +38,15 @@ std::vector<FlatRange> flat_ranges(const ParameterRegistry& registry) {
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel)
+Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
     : config_(std::move(config)), arena_(arena), parallel_(parallel) {
   if (parallel_.dp != nullptr) {
     dp_size_ = parallel_.dp->size();
     dp_rank_ = parallel_.dp->rank();
+  }
+  if (parallel_.tp != nullptr) {
+    tp_size_ = parallel_.tp->size();
+    tp_rank_ = parallel_.tp->rank();
   }
   if (parallel_.zero < 0 || parallel_.zero > 1) {
     LATTICE_THROW(ConfigError,
@@ -51,10 +55,21 @@ Trainer::Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel)
                   parallel_.zero);
   }
   config_.resolve_batch(dp_size_);
+  // Checked before anything is allocated: heads, kv heads and d_ff must split over tp; under
+  // sequence parallelism so must the token rows of a micro-batch.
+  validate_tensor_parallel(config_.model, {tp_size_, tp_rank_, parallel_.sequence_parallel});
+  if (parallel_.sequence_parallel && (config_.micro_batch * config_.seq_len) % tp_size_ != 0) {
+    LATTICE_THROW(ConfigError,
+                  "sequence parallelism splits the micro_batch·seq_len = {}·{} token rows over "
+                  "--tp {}, which does not divide them ---> HINT: choose a micro-batch size or "
+                  "sequence length whose product divides by {}",
+                  config_.micro_batch, config_.seq_len, tp_size_, tp_size_);
+  }
   // Ranks × threads never exceed the cores (DESIGN.md invariant 7).
   const int threads = parallel_.threads > 0 ? parallel_.threads
-                      : config_.threads > 0 ? config_.threads
-                                            : std::max(1, available_cores() / dp_size_);
+                      : config_.threads > 0
+                          ? config_.threads
+                          : std::max(1, available_cores() / (dp_size_ * tp_size_));
   set_thread_budget(threads);
 
   const std::filesystem::path dir = config_.data_dir;
@@ -71,7 +86,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel)
     val_loader_ = open_loader(dir / "val.bin", val, config_.micro_batch);
   }
 
-  model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype);
+  model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
+                                         TensorParallel(parallel_.tp, parallel_.sequence_parallel));
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
   param_ranges_ = flat_ranges(model_->registry());
   const int64_t P = model_->registry().total_elements();
@@ -102,21 +118,34 @@ DataPosition Trainer::data_position() const {
 
 double Trainer::flops_per_token() const {
   const ModelConfig& c = config_.model;
-  double params = double(model_->registry().total_elements());
+  double params = double(model_->registry().global_elements());
   double attention = 12.0 * double(c.n_layer) * double(c.d_model) * double(config_.seq_len) / 2.0;
   // Causal attention does half the work of the full T×T product; PaLM counts the full one.
   return 6.0 * params + attention;
 }
 
 double Trainer::global_grad_norm() {
-  // After the reduction every replica holds all gradients; under ZeRO each rank sums the squares
-  // of its shard only, so every element is counted exactly once over the group.
-  if (reducer_ == nullptr) return std::sqrt(grad_sum_squares(model_->parameters().grads()));
-  if (parallel_.zero == 0) return std::sqrt(grad_sum_squares(model_->parameters().grads()));
-  Tensor shard =
-      model_->parameters().grads().slice_rows(optimizer_->shard_begin(), optimizer_->shard_end());
-  const double local = shard.numel() > 0 ? grad_sum_squares(shard) : 0.0;
-  return std::sqrt(sum_over_ranks(*parallel_.dp, {local})[0]);
+  // After the dp reduction every replica holds all gradients of its shard of the model; under
+  // ZeRO each dp rank sums the squares of its optimizer shard only. Parameters replicated over
+  // tp are counted on tp rank 0 only, so every element of the model counts exactly once.
+  const Tensor& grads = model_->parameters().grads();
+  const bool zero = parallel_.zero >= 1 && dp_size_ > 1;
+  const int64_t begin = zero ? optimizer_->shard_begin() : 0;
+  const int64_t end = zero ? optimizer_->shard_end() : grads.numel();
+  double local = 0.0;
+  if (tp_size_ == 1) {
+    if (end > begin) local = grad_sum_squares(grads.slice_rows(begin, end));
+  } else {
+    for (const ParameterSpec& spec : model_->registry().specs()) {
+      if (spec.shard.replicated() && tp_rank_ != 0) continue;
+      const int64_t lo = std::max(begin, spec.offset);
+      const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
+      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo, hi));
+    }
+  }
+  if (zero) local = sum_over_ranks(*parallel_.dp, {local})[0];
+  if (tp_size_ > 1) local = sum_over_ranks(*parallel_.tp, {local})[0];
+  return std::sqrt(local);
 }
 
 void Trainer::check_replicas_now() {
@@ -156,6 +185,8 @@ StepMetrics Trainer::train_step() {
     reducer_->finish();
     loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   }
+  // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
+  model_->reduce_partial_grads();
   const double grad_norm = global_grad_norm();
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);

@@ -4,7 +4,7 @@
 // over its micro-batches, the global gradient norm and clipping, the learning rate of the
 // schedule, the AdamW update. The loss of a step is the sum of token losses over the global
 // batch divided by its token count (DESIGN.md invariant 1), never a mean of micro-batch means.
-// Under data parallelism (DataParallelSetup) each rank trains its rows of the global batch and
+// Under data parallelism (ParallelSetup) each rank trains its rows of the global batch and
 // the gradients are summed over the dp group in buckets that overlap backward
 // (docs/data-parallel.md); the step then reads the same on every rank.
 #pragma once
@@ -34,14 +34,16 @@ struct StepMetrics {
   std::optional<double> val_loss;
 };
 
-// Data parallelism of one rank: its dp group (nullptr or size 1: a single rank) and how the
-// group shares the work (docs/data-parallel.md).
-struct DataParallelSetup {
+// The parallel layout of one rank: its data-parallel group (docs/data-parallel.md) and its
+// tensor-parallel group (docs/tensor-parallel.md); nullptr or a group of one: not split that way.
+struct ParallelSetup {
   Communicator* dp = nullptr;
   int zero = 0;                    // 0: replicated optimizer; 1: AdamW moments sharded
   int64_t bucket_bytes = 1 << 20;  // gradient bucket size (f32 bytes)
   bool check_replicas = false;     // hash and compare the parameters after every step
-  int threads = 0;                 // per rank; 0: cores / dp (never oversubscribe)
+  int threads = 0;                 // per rank; 0: cores / (dp · tp) (never oversubscribe)
+  Communicator* tp = nullptr;
+  bool sequence_parallel = false;  // split the residual stream's token rows over tp
 };
 
 class Trainer {
@@ -50,7 +52,7 @@ class Trainer {
   // model from config.seed. Throws ConfigError/IoError naming what is missing and the fix.
   // With a dp group, every rank of it constructs a Trainer with the same config; the batch is
   // resolved for dp ranks (global_batch = micro_batch × micro_batches × dp).
-  Trainer(TrainConfig config, Arena& arena, DataParallelSetup parallel = {});
+  Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel = {});
 
   StepMetrics train_step();
   // Mean token loss over eval_batches batches of the validation file (sequential from its
@@ -61,7 +63,8 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   int dp_size() const { return dp_size_; }
   int dp_rank() const { return dp_rank_; }
-  const DataParallelSetup& parallel() const { return parallel_; }
+  int tp_size() const { return tp_size_; }
+  const ParallelSetup& parallel() const { return parallel_; }
   // The reducer of a dp > 1 run (nullptr otherwise).
   const GradReducer* grad_reducer() const { return reducer_.get(); }
   Transformer& model() { return *model_; }
@@ -80,15 +83,16 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
-  DataParallelSetup parallel_;
+  ParallelSetup parallel_;
   int dp_size_ = 1, dp_rank_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0;
   std::vector<FlatRange> param_ranges_;
   std::unique_ptr<GradReducer> reducer_;
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;
 
-  // The reduced, clipped gradient norm over the dp group (each element counted once).
+  // The gradient norm of the whole model over the dp and tp groups (each element counted once).
   double global_grad_norm();
   void check_replicas_now();
 };

@@ -56,7 +56,7 @@ RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0)
   std::mutex mutex;
   run_ranks(dp, [&](Communicator& comm) {
     Arena arena(fmt::format("rank{}", comm.rank()));
-    DataParallelSetup setup{
+    ParallelSetup setup{
         .dp = &comm, .zero = zero, .bucket_bytes = 16 << 10, .check_replicas = true, .threads = 1};
     Trainer trainer(config, arena, setup);
     std::vector<double> losses, norms;

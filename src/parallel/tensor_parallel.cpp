@@ -1,0 +1,58 @@
+#include "parallel/tensor_parallel.h"
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace {
+
+const CollectiveOptions kDeterministic{.algorithm = Algorithm::kRing};
+
+}  // namespace
+
+TensorParallel::TensorParallel(Communicator* group, bool sequence_parallel)
+    : group_(group != nullptr && group->size() > 1 ? group : nullptr),
+      sequence_parallel_(sequence_parallel) {}
+
+void TensorParallel::record(std::string_view op, std::string_view what, int64_t elements,
+                            DType dtype) {
+  if (logging_) log_.push_back({std::string(op), std::string(what), elements, dtype});
+}
+
+void TensorParallel::all_reduce(Tensor& partial, std::string_view what) {
+  record("all_reduce", what, partial.numel(), partial.dtype());
+  if (group_ != nullptr) group_->all_reduce(partial, ReduceOp::kSum, kDeterministic);
+}
+
+void TensorParallel::all_reduce_max(Tensor& data, std::string_view what) {
+  record("all_reduce_max", what, data.numel(), data.dtype());
+  if (group_ != nullptr) group_->all_reduce(data, ReduceOp::kMax, kDeterministic);
+}
+
+void TensorParallel::all_gather_rows(Tensor& full, const Tensor& shard, std::string_view what) {
+  LATTICE_CHECK(full.numel() == shard.numel() * size() && full.dtype() == shard.dtype(),
+                "all_gather_rows({}): full {} {} is not {} × shard {} {}", what,
+                full.shape().to_string(), dtype_name(full.dtype()), size(),
+                shard.shape().to_string(), dtype_name(shard.dtype()));
+  record("all_gather", what, full.numel(), full.dtype());
+  if (group_ == nullptr) {
+    if (full.raw_data() != shard.raw_data()) full.copy_from(shard.view(full.shape()));
+    return;
+  }
+  group_->all_gather(shard, full, kDeterministic);
+}
+
+void TensorParallel::reduce_scatter_rows(Tensor& shard, const Tensor& full, std::string_view what) {
+  LATTICE_CHECK(full.numel() == shard.numel() * size() && full.dtype() == shard.dtype(),
+                "reduce_scatter_rows({}): full {} {} is not {} × shard {} {}", what,
+                full.shape().to_string(), dtype_name(full.dtype()), size(),
+                shard.shape().to_string(), dtype_name(shard.dtype()));
+  record("reduce_scatter", what, full.numel(), full.dtype());
+  if (group_ == nullptr) {
+    if (full.raw_data() != shard.raw_data()) shard.copy_from(full.view(shard.shape()));
+    return;
+  }
+  group_->reduce_scatter(full, shard, ReduceOp::kSum, kDeterministic);
+}
+
+}  // namespace lattice
