@@ -1,8 +1,9 @@
-// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1 ...]`:
-// trains with a progress line per step, validation every eval.interval steps, a final
-// checkpoint and, if sample.tokens > 0, sampled text at the end. With --dp N it runs N
-// in-process data-parallel ranks (docs/data-parallel.md); every replica evaluates, rank 0
-// alone prints, writes metrics and checkpoints (its replica holds the same parameters as all).
+// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1 ...]
+// [--tp N [--sp]] [--transport threads|mpi]`: trains with a progress line per step, validation
+// every eval.interval steps, a final checkpoint and, if sample.tokens > 0, sampled text at the
+// end. The ranks form a dp × tp mesh (tp fastest) on in-process threads or, under mpirun, on MPI
+// (docs/data-parallel.md, docs/tensor-parallel.md); every rank evaluates and samples in step,
+// world rank 0 alone prints, writes metrics and checkpoints.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,12 +13,13 @@
 
 #include "ckpt/checkpoint.h"
 #include "cli/commands.h"
-#include "comm/thread_world.h"
+#include "comm/launch.h"
 #include "core/cpu_peak.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"
+#include "parallel/device_mesh.h"
 #include "train/metrics_log.h"
 #include "train/trainer.h"
 
@@ -31,6 +33,9 @@ struct TrainArgs {
   std::string metrics;
   std::string init_from;
   int dp = 1;
+  int tp = 1;
+  bool sp = false;
+  std::string transport = "threads";
   int zero = 0;
   double bucket_mb = 1.0;
   bool check_replicas = false;
@@ -67,23 +72,20 @@ void save_step_checkpoint(Trainer& trainer, const TrainConfig& config) {
   fmt::print("checkpoint {} committed\n", dir.string());
 }
 
-void print_sample(Transformer& model, const TrainConfig& config) {
-  auto tokenizer = make_tokenizer(config.tokenizer);
-  SampleOptions options{config.sample_tokens, config.sample_temperature, config.sample_seed};
-  std::vector<int32_t> tokens = generate(model, tokenizer->encode(config.sample_prompt), options);
-  fmt::print("---- sample ({} tokens, temperature {}) ----\n{}\n--------\n", config.sample_tokens,
-             config.sample_temperature, tokenizer->decode(tokens));
-}
+void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
+                   double train_seconds, std::optional<double> last_val);
 
-// One rank's training loop; `comm` is null for a single rank.
-void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* comm) {
+// One rank's training loop on its mesh.
+void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& mesh) {
   Stopwatch wall;
-  const bool lead = comm == nullptr || comm->rank() == 0;
-  Arena arena(fmt::format("rank{}", comm == nullptr ? 0 : comm->rank()));
-  ParallelSetup parallel{.dp = comm,
-                             .zero = args.zero,
-                             .bucket_bytes = int64_t(args.bucket_mb * double(1 << 20)),
-                             .check_replicas = args.check_replicas};
+  const bool lead = mesh.world().rank() == 0;
+  Arena arena(fmt::format("rank{}", mesh.world().rank()));
+  ParallelSetup parallel{.dp = &mesh.dp(),
+                         .zero = args.zero,
+                         .bucket_bytes = int64_t(args.bucket_mb * double(1 << 20)),
+                         .check_replicas = args.check_replicas,
+                         .tp = &mesh.tp(),
+                         .sequence_parallel = args.sp};
   Trainer trainer(loaded, arena, parallel);
   const TrainConfig& config = trainer.config();  // with the batch resolved
   if (!args.init_from.empty()) {
@@ -100,16 +102,21 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
   }
 
   const int threads = thread_budget();
-  const double peak = measured_fp32_peak_flops_per_thread() * threads * args.dp;
+  const int world = mesh.world().size();
+  const double peak = measured_fp32_peak_flops_per_thread() * threads * world;
   if (lead) {
     fmt::print(
         "lattice train: {} ({} parameters) | {} | global batch {} = {} x {} micro-batches x dp {} "
-        "of T={} ({} tokens) | {} steps | {} rank(s) x {} thread(s){}, fp32 peak {:.1f} GFLOP/s\n",
-        config.model.name, trainer.model().registry().total_elements(),
+        "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}, fp32 "
+        "peak {:.1f} GFLOP/s\n",
+        config.model.name, trainer.model().registry().global_elements(),
         config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
         config.global_batch, config.micro_batch, config.micro_batches, args.dp, config.seq_len,
-        config.tokens_per_step(), config.steps, args.dp, threads,
+        config.tokens_per_step(), config.steps, mesh.shape().to_string(), args.transport, world,
+        threads,
         args.dp > 1 ? fmt::format(", zero {}, buckets of {} MB", args.zero, args.bucket_mb) : "",
+        args.tp > 1 ? fmt::format(", tensor parallel{}", args.sp ? " + sequence parallel" : "")
+                    : "",
         peak / 1e9);
   }
 
@@ -126,20 +133,39 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
     // Every replica evaluates (they hold the same weights), so no rank idles in the next step's
     // collectives for the length of an evaluation, however long it takes.
     if (eval_due) last_val = m.val_loss = trainer.evaluate();
+    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last && lead) {
+      // Replicas hold identical weights and moments (ZeRO-0, tp 1), so rank 0 writes for all;
+      // the others wait for it in the next step's collectives.
+      save_step_checkpoint(trainer, config);
+    }
     if (!lead) continue;
     if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1) {
       fmt::print("{}\n", format_progress(m, config.steps, peak));
       std::fflush(stdout);
     }
     if (metrics) metrics->write(m, peak);
-    // Replicas hold identical weights and moments (ZeRO-0), so rank 0 writes for all; the
-    // others wait for it in the next step's gradient reduction.
-    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last) {
-      save_step_checkpoint(trainer, config);
-    }
   }
-  if (!lead) return;
-  fmt::print("trained {} steps in {:.1f} s", config.steps - first_step, wall.seconds());
+  const double train_seconds = wall.seconds();
+  // Every tp rank takes part in sampling (the logits are split by vocabulary); dp replicas other
+  // than the first do not.
+  if (config.sample_tokens > 0 && mesh.coordinates().dp == 0) {
+    auto tokenizer = make_tokenizer(config.tokenizer);
+    SampleOptions options{config.sample_tokens, config.sample_temperature, config.sample_seed};
+    std::vector<int32_t> tokens =
+        generate(trainer.model(), tokenizer->encode(config.sample_prompt), options);
+    if (lead) {
+      print_summary(trainer, config, first_step, train_seconds, last_val);
+      fmt::print("---- sample ({} tokens, temperature {}) ----\n{}\n--------\n",
+                 config.sample_tokens, config.sample_temperature, tokenizer->decode(tokens));
+    }
+  } else if (lead) {
+    print_summary(trainer, config, first_step, train_seconds, last_val);
+  }
+}
+
+void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
+                   double train_seconds, std::optional<double> last_val) {
+  fmt::print("trained {} steps in {:.1f} s", config.steps - first_step, train_seconds);
   if (last_val) fmt::print(" | final validation loss {:.4f}", *last_val);
   fmt::print("\n");
   if (const GradReducer* reducer = trainer.grad_reducer()) {
@@ -158,17 +184,23 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, Communicator* 
     save_checkpoint(dir, config, trainer.model(), trainer.optimizer(), trainer.step());
     fmt::print("checkpoint written to {}\n", dir.string());
   }
-  if (config.sample_tokens > 0) print_sample(trainer.model(), config);
 }
 
 void run_train(const TrainArgs& args) {
   TrainConfig config = load_train_config(args.config, args.overrides);
+  const TransportKind transport = parse_transport(args.transport);
+  const MeshShape shape{.pp = 1, .dp = args.dp, .tp = args.tp};
+  // Everything that can be checked before a rank starts is checked here, once.
+  validate_tensor_parallel(config.model, {args.tp, 0, args.sp});
   const int cores = available_cores();
-  if (args.dp < 1 || args.dp * std::max(1, config.threads) > cores) {
+  const int world = shape.world_size();
+  if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {
     LATTICE_THROW(ConfigError,
-                  "--dp {} with train.threads = {} needs {} cores but {} are available ---> HINT: "
-                  "ranks x threads must not exceed the cores; lower --dp or train.threads",
-                  args.dp, config.threads, args.dp * std::max(1, config.threads), cores);
+                  "{} in-process ranks (--dp {} x --tp {}) with train.threads = {} need {} cores "
+                  "but {} are available ---> HINT: ranks x threads must not exceed the cores; "
+                  "lower --dp, --tp or train.threads, or run under mpirun with --transport mpi",
+                  world, args.dp, args.tp, config.threads, world * std::max(1, config.threads),
+                  cores);
   }
   if (args.zero >= 1 && (!config.out_dir.empty() || !args.resume.empty())) {
     LATTICE_THROW(ConfigError,
@@ -176,11 +208,16 @@ void run_train(const TrainArgs& args) {
                   "HINT: add --set output.dir= (no checkpoint) or use --zero 0",
                   args.zero);
   }
-  if (args.dp == 1) {
-    train_rank(args, config, nullptr);
-    return;
+  if (args.tp > 1 && (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
+    LATTICE_THROW(ConfigError,
+                  "--tp {} holds parameters as tensor-parallel shards, which checkpoints cannot "
+                  "save or load yet ---> HINT: add --set output.dir= (no checkpoint) or use --tp 1",
+                  args.tp);
   }
-  run_ranks(args.dp, [&](Communicator& comm) { train_rank(args, config, &comm); });
+  launch_ranks(transport, world, [&](Communicator& comm) {
+    DeviceMesh mesh(comm, shape);
+    train_rank(args, config, mesh);
+  });
 }
 
 }  // namespace
@@ -194,8 +231,13 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--metrics", args->metrics, "Write one JSON object per step to this file");
   cmd->add_option("--init-from", args->init_from,
                   "Start from Hugging Face safetensors weights of a matching config");
-  cmd->add_option("--dp", args->dp, "Data-parallel in-process ranks (threads transport)")
+  cmd->add_option("--dp", args->dp, "Data-parallel ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (heads, d_ff and vocabulary split)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--sp", args->sp,
+                "Sequence parallelism: split the residual stream's token rows over the tp group");
+  cmd->add_option("--transport", args->transport,
+                  "threads (in-process ranks) or mpi (one rank per process, under mpirun)");
   cmd->add_option("--zero", args->zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size in MB (dp > 1)")

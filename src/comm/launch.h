@@ -26,8 +26,7 @@ namespace lattice {
 // a launcher of exactly world_size processes (the message names `mpirun -np world_size`).
 //
 // Under mpi, MPI is initialised on the first call and finalised when the process exits, so
-// launch_ranks may run more than once in one process; it must be called from the same thread
-// each time (MPI_THREAD_FUNNELED).
+// launch_ranks may run more than once in one process, from the same thread each time.
 void launch_ranks(TransportKind transport, int world_size,
                   const std::function<void(Communicator&)>& body, CommConfig config = {});
 

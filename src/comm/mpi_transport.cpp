@@ -79,10 +79,22 @@ MpiTransport::MpiTransport() {
   launch_ = detect_launch_environment();
   int initialized = 0;
   MPI_Initialized(&initialized);
+  // A rank calls MPI from two threads at once: tensor-parallel collectives on the compute thread
+  // while the data-parallel gradient buckets reduce on the comm thread (parallel/comm_thread.h).
+  int provided = 0;
   if (!initialized) {
-    int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    LATTICE_THROW(CommError,
+                  "the MPI library provides thread level {} but Lattice needs MPI_THREAD_MULTIPLE "
+                  "({}): gradient reduction runs on its own thread ---> HINT: use an MPI built "
+                  "with thread support (OpenMPI: `ompi_info | grep -i thread` must say "
+                  "MPI_THREAD_MULTIPLE: yes)",
+                  provided, MPI_THREAD_MULTIPLE);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -180,9 +192,11 @@ void MpiTransport::recv(int peer, MessageKey key, void* data, size_t bytes, Dead
 void MpiTransport::recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype,
                                ReduceOp op, Deadline deadline) {
   const size_t bytes = size_t(count) * dtype_size(dtype);
-  if (staging_.size() < bytes) staging_.resize(bytes);
-  recv(peer, key, staging_.data(), bytes, deadline);
-  reduce_into(acc, staging_.data(), count, dtype, op);
+  // Per thread: a rank's compute thread and its gradient comm thread may both be here at once.
+  thread_local std::vector<std::byte> staging;
+  if (staging.size() < bytes) staging.resize(bytes);
+  recv(peer, key, staging.data(), bytes, deadline);
+  reduce_into(acc, staging.data(), count, dtype, op);
 }
 
 void MpiTransport::run_native(uint64_t context, const NativeCall& call, Deadline deadline) {

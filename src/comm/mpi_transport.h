@@ -3,8 +3,10 @@
 // Algorithm::kNative. Each group gets its own MPI communicators (one for collectives, one for
 // user send/recv), created by its members only (MPI_Comm_create_group).
 //
-// MPI calls are made from the thread that created the transport (MPI_THREAD_FUNNELED). Waits
-// poll MPI_Test against the deadline, yielding the core between polls.
+// MPI calls come from two threads of a rank (MPI_THREAD_MULTIPLE): the compute thread (tensor-
+// parallel collectives) and the gradient comm thread (data-parallel buckets). Groups are created
+// (split, new_group) on the compute thread while the comm thread is idle. Waits poll MPI_Test
+// against the deadline, yielding the core between polls.
 #pragma once
 
 #include <map>
@@ -56,7 +58,6 @@ class MpiTransport : public Transport {
   bool owns_mpi_ = false;
   std::optional<LaunchEnvironment> launch_;
   std::map<uint64_t, std::unique_ptr<Group>> groups_;
-  std::vector<std::byte> staging_;  // recv_reduce lands here before folding
 };
 
 }  // namespace lattice

@@ -41,6 +41,10 @@ std::vector<int32_t> generate(Transformer& model, std::vector<int32_t> prompt,
                     V);
     }
   }
+  // Under tensor parallelism every rank of the group runs this loop in step (same seed, same
+  // tokens); sequence parallelism is switched off so that any context length works.
+  const bool sequence_parallel = model.tensor_parallel().sequence_parallel();
+  model.set_sequence_parallel(false);
   PhiloxStream stream(options.seed, hash_name("sample"));
   std::vector<int32_t> tokens = std::move(prompt);
   for (int64_t n = 0; n < options.tokens; ++n) {
@@ -48,9 +52,10 @@ std::vector<int32_t> generate(Transformer& model, std::vector<int32_t> prompt,
     std::vector<int32_t> context(tokens.end() - T, tokens.end());
     Tensor input = Tensor::borrow(context.data(), {1, T}, DType::kI32);
     model.forward(input, Tensor());
-    const float* last = model.logits().data<float>() + (T - 1) * V;
-    tokens.push_back(sample_row(last, V, options.temperature, stream.next_uniform()));
+    const std::vector<float> last = model.logits_row(T - 1);
+    tokens.push_back(sample_row(last.data(), V, options.temperature, stream.next_uniform()));
   }
+  model.set_sequence_parallel(sequence_parallel);
   return tokens;
 }
 

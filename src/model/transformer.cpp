@@ -449,6 +449,26 @@ const Tensor& Transformer::logits() const {
   return acts_->logits;
 }
 
+std::vector<float> Transformer::logits_row(int64_t row) {
+  LATTICE_CHECK(acts_ != nullptr && row >= 0 && row < acts_->N, "logits_row({}) of {} rows", row,
+                acts_ == nullptr ? 0 : acts_->N);
+  const Tensor& logits = acts_->logits;
+  const int64_t W = logits.dim(1), V = config_.vocab_size;
+  std::vector<float> full(static_cast<size_t>(W * tp_.size()));
+  Tensor gathered = Tensor::borrow(full.data(), {int64_t(full.size())}, DType::kF32);
+  tp_.all_gather_rows(gathered, logits.slice_rows(row, row + 1).view({W}), "logits row (sample)");
+  // Rank r holds classes [r·W, r·W + valid_r) then its padding; only the last ranks pad, so
+  // the first V gathered entries are the classes in order.
+  full.resize(size_t(V));
+  return full;
+}
+
+void Transformer::set_sequence_parallel(bool on) {
+  if (on == tp_.sequence_parallel()) return;
+  tp_ = TensorParallel(tp_.group(), on);
+  acts_.reset();
+}
+
 void Transformer::report_grads_ready(std::initializer_list<int> params) const {
   if (!grad_ready_hook_) return;
   for (int p : params) {

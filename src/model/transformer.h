@@ -54,6 +54,12 @@ class Transformer {
   // Logits of the last forward: f32 (B·T, V). Only without tensor parallelism (a tp rank holds
   // a vocabulary slice).
   const Tensor& logits() const;
+  // Row `row` of the last forward's logits, all V of them: under tensor parallelism gathered
+  // from the vocabulary slices of the group (collective). For sampling.
+  std::vector<float> logits_row(int64_t row);
+  // Switches sequence parallelism (the shards do not depend on it): inference runs with it off,
+  // so that any sequence length works. Activations are rebuilt on the next forward.
+  void set_sequence_parallel(bool on);
   // Gradients of loss = Σ token losses · loss_scale, accumulated into parameters().grads().
   // Requires the last forward to have had targets.
   void backward(float loss_scale);

@@ -13,6 +13,7 @@
 #include "core/philox.h"
 #include "core/thread_budget.h"
 #include "model/transformer.h"
+#include "parallel/device_mesh.h"
 #include "train/trainer.h"
 
 namespace lattice {
@@ -252,12 +253,21 @@ struct TrainRun {
   std::vector<float> rank0_params;
 };
 
-TrainRun train(const TrainConfig& config, int tp, bool sp) {
+// Trains on a dp × tp mesh of in-process ranks; world rank 0's losses and parameters.
+TrainRun train(const TrainConfig& config, int tp, bool sp, int dp = 1, int zero = 0) {
   TrainRun run;
   std::mutex mutex;
-  run_ranks(tp, [&](Communicator& comm) {
+  run_ranks(dp * tp, [&](Communicator& comm) {
+    DeviceMesh mesh(comm, {.pp = 1, .dp = dp, .tp = tp});
     Arena arena(fmt::format("rank{}", comm.rank()));
-    Trainer trainer(config, arena, {.threads = 1, .tp = &comm, .sequence_parallel = sp});
+    Trainer trainer(config, arena,
+                    {.dp = &mesh.dp(),
+                     .zero = zero,
+                     .bucket_bytes = 8 << 10,
+                     .check_replicas = dp > 1,
+                     .threads = 1,
+                     .tp = &mesh.tp(),
+                     .sequence_parallel = sp});
     std::vector<double> losses, norms;
     for (int s = 0; s < kSteps; ++s) {
       StepMetrics m = trainer.train_step();
@@ -295,6 +305,24 @@ TEST_P(TensorParallelTraining, TenStepsMatchTheSingleRankLosses) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelTraining, ::testing::ValuesIn(kLayouts),
                          layout_name);
+
+// Data and tensor parallelism on one mesh (tp fastest), with and without ZeRO-1 over dp.
+TEST(TensorParallelTraining, DataTimesTensorParallelMeshMatchesTheSingleRankRun) {
+  auto dir = testing::make_corpus_dir("tp_dp_mesh");
+  for (const char* model : {"gpt2-tiny", "llama-tiny"}) {
+    const TrainConfig config = train_config(model, dir);
+    const TrainRun single = train(config, 1, false);
+    for (int zero : {0, 1}) {
+      const TrainRun mesh = train(config, 2, true, 2, zero);
+      for (size_t s = 0; s < single.losses.size(); ++s) {
+        EXPECT_NEAR(mesh.losses[s], single.losses[s], 1e-5 * single.losses[s])
+            << model << " zero " << zero << " step " << s + 1;
+        EXPECT_NEAR(mesh.norms[s], single.norms[s], 1e-4 * single.norms[s])
+            << model << " zero " << zero << " step " << s + 1;
+      }
+    }
+  }
+}
 
 TEST(TensorParallelTraining, SameLayoutTwiceIsBitwiseIdentical) {
   auto dir = testing::make_corpus_dir("tp_bitwise");

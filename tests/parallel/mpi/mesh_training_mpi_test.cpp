@@ -1,0 +1,94 @@
+// dp × tp training on the mpi transport, one rank per process under `mpirun -np 4` (CTest label
+// `mpi`): the same Trainer and mesh as the in-process tests, on MPI. Each process also trains
+// the single-rank reference itself (no communication) and compares its losses with the mesh's.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "../../train/test_corpus.h"
+#include "comm/launch.h"
+#include "parallel/device_mesh.h"
+#include "train/trainer.h"
+
+namespace lattice {
+namespace {
+
+constexpr int kSteps = 6;
+
+TrainConfig mpi_config(const std::string& preset) {
+  // Each process writes its own copy of the corpus: the processes share a file system.
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  auto dir = testing::make_corpus_dir(std::string("mpi_mesh_") + (rank ? rank : "0"));
+  TrainConfig c;
+  c.model = model_preset(preset);
+  c.model.seq_len = 12;
+  c.data_dir = dir.string();
+  c.data_mode = "shuffled";
+  c.seq_len = 12;
+  c.global_batch = 8;
+  c.micro_batches = 1;
+  c.micro_batch = 0;
+  c.lr = 3e-3f;
+  c.min_lr = 3e-4f;
+  c.warmup_steps = 1;
+  c.steps = c.decay_steps = kSteps;
+  c.adam.lr = c.lr;
+  c.grad_clip = 0.5f;
+  c.threads = 1;
+  return c;
+}
+
+std::vector<double> train_losses(Trainer& trainer) {
+  std::vector<double> losses;
+  for (int s = 0; s < kSteps; ++s) losses.push_back(trainer.train_step().loss);
+  return losses;
+}
+
+struct MeshCase {
+  const char* preset;
+  MeshShape shape;
+  bool sp;
+  int zero;
+};
+
+// One launch for all layouts: the meshes are carved out of the same MPI world one after another.
+TEST(MeshTrainingMpi, EveryLayoutMatchesTheSingleRankRun) {
+  const std::vector<MeshCase> cases = {
+      {"llama-tiny", {.pp = 1, .dp = 1, .tp = 4}, true, 0},
+      {"gpt2-tiny", {.pp = 1, .dp = 2, .tp = 2}, true, 0},
+      {"gpt2-tiny", {.pp = 1, .dp = 2, .tp = 2}, false, 1},
+      {"gpt2-tiny", {.pp = 1, .dp = 4, .tp = 1}, false, 1},
+      {"gpt2-tiny", {.pp = 1, .dp = 4, .tp = 1}, false, 0},
+  };
+  std::vector<std::vector<double>> expected;
+  for (const MeshCase& c : cases) {
+    Arena arena("reference");
+    Trainer reference(mpi_config(c.preset), arena, {.threads = 1});
+    expected.push_back(train_losses(reference));
+  }
+  launch_ranks(TransportKind::kMpi, 4, [&](Communicator& world) {
+    ASSERT_EQ(world.transport_kind(), TransportKind::kMpi);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const MeshCase& c = cases[i];
+      DeviceMesh mesh(world, c.shape);
+      Arena arena("rank");
+      Trainer trainer(mpi_config(c.preset), arena,
+                      {.dp = &mesh.dp(),
+                       .zero = c.zero,
+                       .bucket_bytes = 8 << 10,
+                       .check_replicas = true,
+                       .threads = 1,
+                       .tp = &mesh.tp(),
+                       .sequence_parallel = c.sp});
+      const std::vector<double> losses = train_losses(trainer);
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(losses[size_t(s)], expected[i][size_t(s)], 1e-5 * expected[i][size_t(s)])
+            << c.preset << " " << c.shape.to_string() << " rank " << world.rank() << " step "
+            << s + 1;
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace lattice
