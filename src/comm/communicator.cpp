@@ -139,6 +139,36 @@ void Communicator::send(const void* data, int64_t count, DType dtype, int peer,
   execute({Collective::kSend, data, nullptr, count, 0, dtype, ReduceOp::kSum, 0, peer, options});
 }
 
+Communicator::SendHandle Communicator::send_async(const Tensor& data, int peer,
+                                                 const CollectiveOptions& options) {
+  expect_defined(data, "send_async", "data");
+  LATTICE_CHECK(peer >= 0 && peer < size() && peer != rank_,
+                "send_async to peer {} on group '{}' of {} ranks (this is rank {})", peer, name_,
+                size(), rank_);
+  SendHandle handle;
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : config_.timeout;
+  handle.deadline_ = CommClock::now() + timeout;
+  handle.what_ = fmt::format("send (tag {}) on group '{}' from rank {} to rank {}", options.tag,
+                             name_, rank_, peer);
+  handle.pending_ = transport_->post_send(members_[size_t(peer)], MessageKey{context_, options.tag},
+                                          data.raw_data(), data.nbytes());
+  stats_.record(Collective::kSend, Algorithm::kAuto, data.nbytes(), 0.0);
+  return handle;
+}
+
+void Communicator::SendHandle::wait() {
+  if (!pending_) return;
+  try {
+    pending_->wait(deadline_);
+  } catch (const PeerTimeout& e) {
+    LATTICE_THROW(TimeoutError,
+                  "{} timed out: {} ---> HINT: match every send with a recv of the same tag on "
+                  "the peer",
+                  what_, e.what());
+  }
+  pending_.reset();
+}
+
 void Communicator::recv(Tensor& data, int peer, const CollectiveOptions& options) {
   expect_defined(data, "recv", "data");
   recv(data.raw_data(), data.numel(), data.dtype(), peer, options);

@@ -88,6 +88,21 @@ class Communicator {
   void send(const Tensor& data, int peer, const CollectiveOptions& options = {});
   void send(const void* data, int64_t count, DType dtype, int peer,
             const CollectiveOptions& options = {});
+  // Posts a send and returns at once (pipeline schedules, where neighbours send to each other
+  // at the same time). `data` must stay unchanged until the returned handle's wait().
+  class SendHandle {
+   public:
+    SendHandle() = default;
+    // Blocks until the peer has the bytes; TimeoutError naming the group after the deadline.
+    void wait();
+
+   private:
+    friend class Communicator;
+    PendingSendPtr pending_;
+    Deadline deadline_{};
+    std::string what_;
+  };
+  SendHandle send_async(const Tensor& data, int peer, const CollectiveOptions& options = {});
   void recv(Tensor& data, int peer, const CollectiveOptions& options = {});
   void recv(void* data, int64_t count, DType dtype, int peer,
             const CollectiveOptions& options = {});

@@ -40,8 +40,41 @@ void validate_tensor_parallel(const ModelConfig& c, const TensorParallelLayout& 
   }
 }
 
-ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout tp) : tp_(tp) {
+bool ModelPart::holds_layer(int64_t layer) const {
+  for (const LayerChunk& c : chunks) {
+    if (layer >= c.first_layer && layer < c.last_layer) return true;
+  }
+  return false;
+}
+
+bool ModelPart::has_embedding() const {
+  for (const LayerChunk& c : chunks) {
+    if (c.embedding) return true;
+  }
+  return false;
+}
+
+bool ModelPart::has_head() const {
+  for (const LayerChunk& c : chunks) {
+    if (c.head) return true;
+  }
+  return false;
+}
+
+ModelPart whole_model(const ModelConfig& config) {
+  return ModelPart{{LayerChunk{0, config.n_layer, true, true}}};
+}
+
+ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout tp,
+                                     const ModelPart& part)
+    : tp_(tp), part_(part.chunks.empty() ? whole_model(c) : part) {
   validate_tensor_parallel(c, tp);
+  for (const LayerChunk& chunk : part_.chunks) {
+    LATTICE_CHECK(0 <= chunk.first_layer && chunk.first_layer <= chunk.last_layer &&
+                      chunk.last_layer <= c.n_layer,
+                  "chunk layers [{}, {}) outside the model's {} layers", chunk.first_layer,
+                  chunk.last_layer, c.n_layer);
+  }
   const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, KV = c.kv_width();
   const int64_t HS = c.head_size();
   const bool gpt2 = c.family == ModelFamily::kGpt2;
@@ -109,13 +142,16 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
     if (c.bias) add(prefix + ".bias", {KV}, ParamInit::kZeros, false, replicated_shard(), true);
   };
 
-  add(root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), {V, C}, ParamInit::kNormal, true, vocab,
-      false);
-  if (c.position == PositionKind::kLearned) {
-    add(root + (gpt2 ? "wpe.weight" : "embed_positions.weight"), {c.seq_len, C}, ParamInit::kNormal,
-        true, replicated_shard(), sp);
+  const std::string token_table = root + (gpt2 ? "wte.weight" : "embed_tokens.weight");
+  if (part_.has_embedding()) {
+    add(token_table, {V, C}, ParamInit::kNormal, true, vocab, false);
+    if (c.position == PositionKind::kLearned) {
+      add(root + (gpt2 ? "wpe.weight" : "embed_positions.weight"), {c.seq_len, C},
+          ParamInit::kNormal, true, replicated_shard(), sp);
+    }
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!part_.holds_layer(l)) continue;
     if (gpt2) {
       std::string h = fmt::format("transformer.h.{}.", l);
       add_norm(h + "ln_1");
@@ -145,8 +181,14 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
       add_row(h + "mlp.down_proj", F, C, ff_cols);
     }
   }
+  if (!part_.has_head()) return;
   add_norm(gpt2 ? "transformer.ln_f" : "model.norm");
-  if (!c.tied_embeddings) add("lm_head.weight", {V, C}, ParamInit::kNormal, true, vocab, false);
+  if (!c.tied_embeddings) {
+    add("lm_head.weight", {V, C}, ParamInit::kNormal, true, vocab, false);
+  } else if (!part_.has_embedding()) {
+    add(token_table, {V, C}, ParamInit::kNormal, true, vocab, false);
+    specs_.back().tied_copy = true;
+  }
 }
 
 int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool weight_decay,
@@ -162,7 +204,7 @@ int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool w
 
 int64_t ParameterRegistry::global_elements() const {
   int64_t total = 0;
-  for (const ParameterSpec& spec : specs_) total += spec.shape.numel();
+  for (const ParameterSpec& spec : specs_) total += spec.tied_copy ? 0 : spec.shape.numel();
   return total;
 }
 

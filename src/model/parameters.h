@@ -44,7 +44,30 @@ struct ParameterSpec {
   // parameters that see only part of the work: norms and row-parallel biases under sequence
   // parallelism, replicated kv projections): summed over the group once per step.
   bool partial_grad = false;
+  // A copy of a parameter that another pipeline stage also holds (the token table, tied to the
+  // output head, on the last stage): the copies' gradients are summed over the embedding group
+  // so that they stay equal, and the copy is not counted again in the gradient norm.
+  bool tied_copy = false;
 };
+
+// The layers of one pipeline chunk, [first_layer, last_layer), with the embedding (the model's
+// first chunk) and the final norm, output head and loss (its last chunk).
+struct LayerChunk {
+  int64_t first_layer = 0;
+  int64_t last_layer = 0;
+  bool embedding = false;
+  bool head = false;
+};
+
+// What one rank holds of the model: its chunks in rank-local order (v of them when pipeline
+// stages are interleaved). whole_model(): one chunk with everything.
+struct ModelPart {
+  std::vector<LayerChunk> chunks;
+  bool holds_layer(int64_t layer) const;
+  bool has_embedding() const;
+  bool has_head() const;
+};
+ModelPart whole_model(const ModelConfig& config);
 
 // How attention heads are laid out on the tensor-parallel ranks.
 struct TensorParallelHeads {
@@ -61,13 +84,17 @@ void validate_tensor_parallel(const ModelConfig& config, const TensorParallelLay
 
 class ParameterRegistry {
  public:
-  explicit ParameterRegistry(const ModelConfig& config, TensorParallelLayout tp = {});
+  // The parameters of `part` (default: the whole model) as tensor-parallel rank tp holds them.
+  explicit ParameterRegistry(const ModelConfig& config, TensorParallelLayout tp = {},
+                             const ModelPart& part = {});
 
   const std::vector<ParameterSpec>& specs() const { return specs_; }
   // Elements of this rank's flat store (local shards, alignment padding included).
   int64_t total_elements() const { return total_; }
-  // Elements of the whole model (global shapes): the parameter count.
+  // Elements of the parameters held here in their global shapes (tied copies not counted): the
+  // parameter count of the whole model for whole_model().
   int64_t global_elements() const;
+  const ModelPart& part() const { return part_; }
   const TensorParallelLayout& tensor_parallel() const { return tp_; }
   const TensorParallelHeads& heads() const { return heads_; }
   // Rows of the token table (and output head) this rank holds: [start, start + valid), padded
@@ -85,6 +112,7 @@ class ParameterRegistry {
   std::vector<ParameterSpec> specs_;
   int64_t total_ = 0;
   TensorParallelLayout tp_;
+  ModelPart part_;
   TensorParallelHeads heads_;
   int64_t vocab_start_ = 0, vocab_valid_ = 0;
 };

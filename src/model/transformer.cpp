@@ -79,6 +79,7 @@ void linear_backward(const ParameterStore& s, const Linear& l, Tensor& dx, bool 
 }  // namespace
 
 struct Transformer::Layer {
+  bool held = false;  // this rank holds the layer (pipeline parallelism)
   Norm norm1, norm2;
   std::vector<Linear> qkv;  // GPT-2: one fused c_attn; Llama: q_proj, k_proj, v_proj
   Linear out;               // attention output projection (row-parallel)
@@ -87,14 +88,15 @@ struct Transformer::Layer {
   Linear down;              // MLP output projection (row-parallel)
 };
 
-// One micro-batch's activations (forward) and gradient scratch (backward). Shapes use the
-// letters of kernels/README.md with this rank's sizes: N rows of the micro-batch, R rows of the
-// residual stream (N, or N / tp under sequence parallelism), QH query and KH kv heads, Q = QH·HS
-// and K = KH·HS their widths, H = d_ff / tp hidden features, W = padded vocabulary slice. cdt is
-// the compute dtype.
+// One micro-batch's activations (forward), in its slot. Shapes use the letters of
+// kernels/README.md with this rank's sizes: N rows of the micro-batch, R rows of the residual
+// stream (N, or N / tp under sequence parallelism), QH query and KH kv heads, Q = QH·HS and
+// K = KH·HS their widths, H = d_ff / tp hidden features, W = padded vocabulary slice. cdt is the
+// compute dtype. Only the held layers' buffers are allocated.
 struct Transformer::Activations {
   int64_t B = 0, T = 0, N = 0, R = 0, first_row = 0;
   Tensor tokens, targets;  // the caller's (B, T) i32
+  bool have_targets = false;
 
   struct PerLayer {
     Tensor ln1, ln1_mean, ln1_rstd;  // (R, C) cdt; (R) f32
@@ -107,15 +109,22 @@ struct Transformer::Activations {
     Tensor ln2_full;
     Tensor up, gate, act;  // (N, H) cdt: pre-activation(s) and the activation
   };
-  std::vector<Tensor> residual;  // L + 1 tensors (R, C) f32: input of layer l; final output
-  std::vector<PerLayer> layer;
-  Tensor lnf, lnf_mean, lnf_rstd, lnf_full;
-  Tensor logits, losses;  // (N, W) f32; (N) f32
-  Tensor proj_full;       // (N, C) f32: a row-parallel output before its reduction
-  Tensor proj;            // (R, C) f32: after it (alias of proj_full without sp)
+  // (L + 1) entries (R, C) f32, defined for the held chunks' layers: input of layer l; entry L
+  // is the final output. A chunk's input and output are its first and last entries.
+  std::vector<Tensor> residual;
+  std::vector<PerLayer> layer;                          // (L)
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full;             // head chunk
+  Tensor logits, losses;                                // (N, W) f32; (N) f32
   std::optional<VocabParallelCrossEntropy> vocab_loss;  // tp > 1
+  // Per local chunk: the received gradient of its output, the gradient of its input to send.
+  std::vector<Tensor> output_grad, input_grad;  // (R, C) f32
+};
 
-  // Backward scratch.
+// Scratch shared by all slots: temporaries of one layer's forward and everything of backward.
+struct Transformer::Scratch {
+  int64_t B = 0, T = 0;
+  Tensor proj_full;         // (N, C) f32: a row-parallel output before its reduction
+  Tensor proj;              // (R, C) f32: after it (alias of proj_full without sp)
   Tensor dresidual;         // (R, C) f32
   Tensor dln_full;          // (N, C) f32: partial gradient of a norm's output
   Tensor dln;               // (R, C) f32: after its reduction (alias without sp)
@@ -128,26 +137,56 @@ struct Transformer::Activations {
   Tensor dqkv;              // GPT-2 only
   Tensor dact, dup, dgate;  // (N, H) cdt
   Tensor dlogits;           // (N, W) cdt (bf16 only; f32 reuses logits)
+  // Recompute: one layer's forward buffers shared by all layers and slots (full), or only the
+  // attention core's (selective).
+  Activations::PerLayer recomputed;
 };
 
-Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp)
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  LATTICE_THROW(ConfigError, "unknown recompute '{}' ---> HINT: use none, selective or full", name);
+}
+
+Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp,
+                         const ModelPart& part)
     : config_(std::move(config)),
       arena_(arena),
       compute_dtype_(compute_dtype),
       tp_(std::move(tp)),
-      registry_(config_, tp_.layout()),
+      registry_(config_, tp_.layout(), part),
       store_(registry_, arena, compute_dtype) {
   const ParameterRegistry& r = registry_;
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
   const TensorParallelHeads& heads = r.heads();
   wte_ = r.find(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
   wpe_ = r.find(gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight");
-  Norm lnf = find_norm(r, gpt2 ? "transformer.ln_f" : "model.norm");
-  lnf_w_ = lnf.weight;
-  lnf_b_ = lnf.bias;
-  lm_head_ = config_.tied_embeddings ? wte_ : r.find("lm_head.weight");
+  if (r.part().has_head()) {
+    Norm lnf = find_norm(r, gpt2 ? "transformer.ln_f" : "model.norm");
+    lnf_w_ = lnf.weight;
+    lnf_b_ = lnf.bias;
+    lm_head_ = config_.tied_embeddings ? wte_ : r.find("lm_head.weight");
+  }
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     Layer layer;
+    layer.held = r.part().holds_layer(l);
+    if (!layer.held) {
+      layers_.push_back(layer);
+      continue;
+    }
     if (gpt2) {
       std::string h = fmt::format("transformer.h.{}.", l);
       layer.norm1 = find_norm(r, h + "ln_1");
@@ -191,22 +230,24 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, 
 
 Transformer::~Transformer() = default;
 
-void Transformer::ensure_activations(int64_t B, int64_t T) {
-  if (acts_ && acts_->B == B && acts_->T == T) return;
-  acts_.reset();  // return the old buffers to the arena before allocating new ones
+Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int64_t T) {
+  LATTICE_CHECK(slot >= 0 && slot < 1024, "activation slot {}", slot);
+  if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
+  std::unique_ptr<Activations>& held = slots_[size_t(slot)];
+  if (held && held->B == B && held->T == T) return *held;
+  held.reset();  // return the old buffers to the arena before allocating new ones
   auto a = std::make_unique<Activations>();
   const ModelConfig& c = config_;
+  const ModelPart& part = registry_.part();
   const TensorParallelHeads& heads = registry_.heads();
   const int tp = tp_.size();
   const bool sp = tp_.sequence_parallel() && tp > 1;
   const int64_t N = B * T, C = c.d_model, H = c.d_ff / tp, HS = c.head_size();
   const int64_t QH = heads.q_heads, KH = heads.kv_heads, Q = QH * HS, K = KH * HS;
-  const int64_t W = registry_.at(lm_head_).local_shape[0];
   const int64_t R = sp ? N / tp : N;
   const DType cdt = compute_dtype_;
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   const bool swiglu = c.mlp == MlpKind::kSwiglu;
-  const bool rope = c.position == PositionKind::kRope;
   auto alloc = [&](Shape shape, DType dtype) {
     return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
   };
@@ -219,9 +260,23 @@ void Transformer::ensure_activations(int64_t B, int64_t T) {
   a->N = N;
   a->R = R;
   a->first_row = sp ? R * tp_.rank() : 0;
-  for (int64_t l = 0; l <= c.n_layer; ++l) a->residual.push_back(alloc({R, C}, DType::kF32));
+  a->residual.resize(size_t(c.n_layer + 1));
+  a->layer.resize(size_t(c.n_layer));
+  for (const LayerChunk& chunk : part.chunks) {
+    for (int64_t l = chunk.first_layer; l <= chunk.last_layer; ++l) {
+      a->residual[size_t(l)] = alloc({R, C}, DType::kF32);
+    }
+    a->output_grad.push_back(chunk.head ? Tensor() : alloc({R, C}, DType::kF32));
+    a->input_grad.push_back(chunk.embedding ? Tensor() : alloc({R, C}, DType::kF32));
+  }
+  Scratch& w = scratch(B, T);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    Activations::PerLayer p;
+    if (!layers_[size_t(l)].held) continue;
+    Activations::PerLayer& p = a->layer[size_t(l)];
+    if (recompute_ == Recompute::kFull) {
+      p = w.recomputed;  // views of the shared buffers: nothing kept but the layer's input
+      continue;
+    }
     p.ln1 = alloc({R, C}, cdt);
     p.ln1_mean = alloc({R}, DType::kF32);
     p.ln1_rstd = alloc({R}, DType::kF32);
@@ -230,8 +285,13 @@ void Transformer::ensure_activations(int64_t B, int64_t T) {
     p.q = alloc({B, T, QH, HS}, cdt);
     p.k = alloc({B, T, KH, HS}, cdt);
     p.v = alloc({B, T, KH, HS}, cdt);
-    p.att = alloc({B, T, QH, HS}, cdt);
-    p.lse = alloc({B, QH, T}, DType::kF32);
+    if (recompute_ == Recompute::kSelective) {
+      p.att = w.recomputed.att;
+      p.lse = w.recomputed.lse;
+    } else {
+      p.att = alloc({B, T, QH, HS}, cdt);
+      p.lse = alloc({B, QH, T}, DType::kF32);
+    }
     p.mid = alloc({R, C}, DType::kF32);
     p.ln2 = alloc({R, C}, cdt);
     p.ln2_mean = alloc({R}, DType::kF32);
@@ -240,38 +300,91 @@ void Transformer::ensure_activations(int64_t B, int64_t T) {
     p.up = alloc({N, H}, cdt);
     if (swiglu) p.gate = alloc({N, H}, cdt);
     p.act = alloc({N, H}, cdt);
-    a->layer.push_back(std::move(p));
   }
-  a->lnf = alloc({R, C}, cdt);
-  a->lnf_mean = alloc({R}, DType::kF32);
-  a->lnf_rstd = alloc({R}, DType::kF32);
-  a->lnf_full = gathered(a->lnf, {N, C});
-  a->logits = alloc({N, W}, DType::kF32);
-  a->losses = alloc({N}, DType::kF32);
-  a->proj_full = alloc({N, C}, DType::kF32);
-  a->proj = sp ? alloc({R, C}, DType::kF32) : a->proj_full;
-  if (tp > 1) a->vocab_loss.emplace(arena_, N);
+  if (part.has_head()) {
+    const int64_t W = registry_.at(lm_head_).local_shape[0];
+    a->lnf = alloc({R, C}, cdt);
+    a->lnf_mean = alloc({R}, DType::kF32);
+    a->lnf_rstd = alloc({R}, DType::kF32);
+    a->lnf_full = gathered(a->lnf, {N, C});
+    a->logits = alloc({N, W}, DType::kF32);
+    a->losses = alloc({N}, DType::kF32);
+    if (tp > 1) a->vocab_loss.emplace(arena_, N);
+  }
+  held = std::move(a);
+  return *held;
+}
 
-  a->dresidual = alloc({R, C}, DType::kF32);
-  a->dln_full = alloc({N, C}, DType::kF32);
-  a->dln = sp ? alloc({R, C}, DType::kF32) : a->dln_full;
-  a->dy = cdt == DType::kF32 ? a->dresidual : alloc({R, C}, cdt);
-  a->dy_full = gathered(a->dy, {N, C});
-  a->dresidual_full = gathered(a->dresidual, {N, C});
-  a->datt = alloc({B, T, QH, HS}, cdt);
-  a->dq = alloc({B, T, QH, HS}, cdt);
-  a->dk = alloc({B, T, KH, HS}, cdt);
-  a->dv = alloc({B, T, KH, HS}, cdt);
-  if (rope) {
-    a->dq_in = alloc({B, T, QH, HS}, cdt);
-    a->dk_in = alloc({B, T, KH, HS}, cdt);
+Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
+  if (scratch_ && scratch_->B == B && scratch_->T == T) return *scratch_;
+  scratch_.reset();
+  auto w = std::make_unique<Scratch>();
+  const ModelConfig& c = config_;
+  const ModelPart& part = registry_.part();
+  const TensorParallelHeads& heads = registry_.heads();
+  const int tp = tp_.size();
+  const bool sp = tp_.sequence_parallel() && tp > 1;
+  const int64_t N = B * T, C = c.d_model, H = c.d_ff / tp, HS = c.head_size();
+  const int64_t QH = heads.q_heads, KH = heads.kv_heads, Q = QH * HS, K = KH * HS;
+  const int64_t R = sp ? N / tp : N;
+  const DType cdt = compute_dtype_;
+  auto alloc = [&](Shape shape, DType dtype) {
+    return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
+  };
+  auto gathered = [&](const Tensor& rows, Shape shape) {
+    return sp ? alloc(std::move(shape), rows.dtype()) : rows;
+  };
+  w->B = B;
+  w->T = T;
+  w->proj_full = alloc({N, C}, DType::kF32);
+  w->proj = sp ? alloc({R, C}, DType::kF32) : w->proj_full;
+  w->dresidual = alloc({R, C}, DType::kF32);
+  w->dln_full = alloc({N, C}, DType::kF32);
+  w->dln = sp ? alloc({R, C}, DType::kF32) : w->dln_full;
+  w->dy = cdt == DType::kF32 ? w->dresidual : alloc({R, C}, cdt);
+  w->dy_full = gathered(w->dy, {N, C});
+  w->dresidual_full = gathered(w->dresidual, {N, C});
+  w->datt = alloc({B, T, QH, HS}, cdt);
+  w->dq = alloc({B, T, QH, HS}, cdt);
+  w->dk = alloc({B, T, KH, HS}, cdt);
+  w->dv = alloc({B, T, KH, HS}, cdt);
+  if (c.position == PositionKind::kRope) {
+    w->dq_in = alloc({B, T, QH, HS}, cdt);
+    w->dk_in = alloc({B, T, KH, HS}, cdt);
   }
-  if (gpt2) a->dqkv = alloc({N, Q + 2 * K}, cdt);
-  a->dact = alloc({N, H}, cdt);
-  a->dup = alloc({N, H}, cdt);
-  if (swiglu) a->dgate = alloc({N, H}, cdt);
-  if (cdt != DType::kF32) a->dlogits = alloc({N, W}, cdt);
-  acts_ = std::move(a);
+  if (c.family == ModelFamily::kGpt2) w->dqkv = alloc({N, Q + 2 * K}, cdt);
+  w->dact = alloc({N, H}, cdt);
+  w->dup = alloc({N, H}, cdt);
+  if (c.mlp == MlpKind::kSwiglu) w->dgate = alloc({N, H}, cdt);
+  if (cdt != DType::kF32 && part.has_head()) {
+    w->dlogits = alloc({N, registry_.at(lm_head_).local_shape[0]}, cdt);
+  }
+  Activations::PerLayer& p = w->recomputed;
+  if (recompute_ != Recompute::kNone) {
+    p.att = alloc({B, T, QH, HS}, cdt);
+    p.lse = alloc({B, QH, T}, DType::kF32);
+  }
+  if (recompute_ == Recompute::kFull) {
+    const bool swiglu = c.mlp == MlpKind::kSwiglu;
+    p.ln1 = alloc({R, C}, cdt);
+    p.ln1_mean = alloc({R}, DType::kF32);
+    p.ln1_rstd = alloc({R}, DType::kF32);
+    p.ln1_full = gathered(p.ln1, {N, C});
+    if (c.family == ModelFamily::kGpt2) p.qkv = alloc({N, Q + 2 * K}, cdt);
+    p.q = alloc({B, T, QH, HS}, cdt);
+    p.k = alloc({B, T, KH, HS}, cdt);
+    p.v = alloc({B, T, KH, HS}, cdt);
+    p.mid = alloc({R, C}, DType::kF32);
+    p.ln2 = alloc({R, C}, cdt);
+    p.ln2_mean = alloc({R}, DType::kF32);
+    p.ln2_rstd = alloc({R}, DType::kF32);
+    p.ln2_full = gathered(p.ln2, {N, C});
+    p.up = alloc({N, H}, cdt);
+    if (swiglu) p.gate = alloc({N, H}, cdt);
+    p.act = alloc({N, H}, cdt);
+  }
+  scratch_ = std::move(w);
+  return *scratch_;
 }
 
 namespace {
@@ -325,13 +438,26 @@ void Transformer::position_grads(const Tensor& drows, int64_t first_row, int64_t
   }
 }
 
-// Forward of one micro-batch. With tensor parallelism the two collectives of each block are the
-// Megatron pair: before a column-parallel map the input must be whole (all-gather of the rows
-// under sequence parallelism, nothing otherwise); after a row-parallel map the partial sums are
-// reduced (reduce-scatter under sequence parallelism, all-reduce otherwise).
+// Forward of one chunk for one micro-batch. With tensor parallelism the two collectives of each
+// block are the Megatron pair: before a column-parallel map the input must be whole (all-gather
+// of the rows under sequence parallelism, nothing otherwise); after a row-parallel map the
+// partial sums are reduced (reduce-scatter under sequence parallelism, all-reduce otherwise).
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) {
+  LATTICE_CHECK(
+      chunk_count() == 1 && registry_.part().has_embedding() && registry_.part().has_head(),
+      "forward() runs the whole model; a pipeline stage runs forward_chunk()");
+  return forward_chunk(0, 0, tokens, targets);
+}
+
+void Transformer::backward(float loss_scale) {
+  backward_chunk(0, 0, loss_scale);
+}
+
+ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& tokens,
+                                         const Tensor& targets) {
   expect_dtype(tokens, DType::kI32, "Transformer::forward", "tokens");
   expect_rank(tokens, 2, "Transformer::forward", "tokens");
+  LATTICE_CHECK(chunk >= 0 && chunk < chunk_count(), "chunk {} of {}", chunk, chunk_count());
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
   if (T > config_.seq_len) {
     LATTICE_THROW(ShapeError,
@@ -351,84 +477,39 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) 
     expect_dtype(targets, DType::kI32, "Transformer::forward", "targets");
     expect_same_shape(tokens, targets, "Transformer::forward", "tokens", "targets");
   }
-  ensure_activations(B, T);
-  Activations& a = *acts_;
+  const LayerChunk& part = registry_.part().chunks[size_t(chunk)];
+  Activations& a = slot_activations(slot, B, T);
+  Scratch& w = scratch(B, T);
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
-  const int64_t N = a.N, HS = c.head_size();
-  const int64_t Q = registry_.heads().q_heads * HS, K = registry_.heads().kv_heads * HS;
+  const int64_t N = a.N;
   a.tokens = tokens;
   a.targets = targets;
-  have_targets_ = targets.defined();
+  a.have_targets = targets.defined();
 
-  // Embeddings (f32 master tables) into the residual stream. Each rank looks up the tokens of its
-  // vocabulary slice (zeros for the others): the sum over the group is the full lookup.
-  Tensor ids = tokens.view({N});
-  if (sp) {
-    embedding_forward(a.proj_full, ids, s.master(wte_), registry_.vocab_start());
-    tp_.reduce_scatter_rows(a.residual[0], a.proj_full, "embedding (fwd)");
-  } else {
-    embedding_forward(a.residual[0], ids, s.master(wte_), registry_.vocab_start());
-    tp_.all_reduce(a.residual[0], "embedding (fwd)");
-  }
-  if (c.position == PositionKind::kLearned) add_positions(a.residual[0], a.first_row, T);
-
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const Layer& L = layers_[size_t(l)];
-    Activations::PerLayer& p = a.layer[size_t(l)];
-    // Attention block: mid = x + out_proj(attention(norm1(x))).
-    norm_forward(c, s, L.norm1, p.ln1, p.ln1_mean, p.ln1_rstd, a.residual[size_t(l)]);
-    if (sp) tp_.all_gather_rows(p.ln1_full, p.ln1, fmt::format("layer {} ln_1 (fwd)", l));
-    Tensor q = p.q.view({N, Q}), k = p.k.view({N, K}), v = p.v.view({N, K});
-    if (L.qkv.size() == 1) {
-      linear_forward(s, L.qkv[0], p.qkv, p.ln1_full);
-      split_last_dim({&q, &k, &v}, p.qkv);
-    } else {
-      linear_forward(s, L.qkv[0], q, p.ln1_full);
-      linear_forward(s, L.qkv[1], k, p.ln1_full);
-      linear_forward(s, L.qkv[2], v, p.ln1_full);
-    }
-    if (c.position == PositionKind::kRope) {
-      rope_forward(p.q, p.q, c.rope_theta);
-      rope_forward(p.k, p.k, c.rope_theta);
-    }
-    attention_forward(p.att, p.lse, p.q, p.k, p.v);
-    linear_forward(s, L.out, a.proj_full, p.att.view({N, Q}), false);
+  if (part.embedding) {
+    // Embeddings (f32 master tables) into the residual stream. Each rank looks up the tokens of
+    // its vocabulary slice (zeros for the others): the sum over the group is the full lookup.
+    Tensor ids = tokens.view({N});
+    Tensor& x = a.residual[size_t(part.first_layer)];
     if (sp) {
-      tp_.reduce_scatter_rows(a.proj, a.proj_full, fmt::format("layer {} attn out (fwd)", l));
+      embedding_forward(w.proj_full, ids, s.master(wte_), registry_.vocab_start());
+      tp_.reduce_scatter_rows(x, w.proj_full, "embedding (fwd)");
     } else {
-      tp_.all_reduce(a.proj_full, fmt::format("layer {} attn out (fwd)", l));
+      embedding_forward(x, ids, s.master(wte_), registry_.vocab_start());
+      tp_.all_reduce(x, "embedding (fwd)");
     }
-    if (L.out.bias >= 0) bias_forward(a.proj, s.master(L.out.bias));
-    add(p.mid, a.residual[size_t(l)], a.proj);
-
-    // MLP block: out = mid + down(act(up(norm2(mid)))).
-    norm_forward(c, s, L.norm2, p.ln2, p.ln2_mean, p.ln2_rstd, p.mid);
-    if (sp) tp_.all_gather_rows(p.ln2_full, p.ln2, fmt::format("layer {} ln_2 (fwd)", l));
-    linear_forward(s, L.up, p.up, p.ln2_full);
-    if (c.mlp == MlpKind::kGelu) {
-      gelu_forward(p.act, p.up);
-    } else {
-      linear_forward(s, L.gate, p.gate, p.ln2_full);
-      swiglu_forward(p.act, p.gate, p.up);
-    }
-    linear_forward(s, L.down, a.proj_full, p.act, false);
-    if (sp) {
-      tp_.reduce_scatter_rows(a.proj, a.proj_full, fmt::format("layer {} mlp out (fwd)", l));
-    } else {
-      tp_.all_reduce(a.proj_full, fmt::format("layer {} mlp out (fwd)", l));
-    }
-    if (L.down.bias >= 0) bias_forward(a.proj, s.master(L.down.bias));
-    add(a.residual[size_t(l) + 1], p.mid, a.proj);
+    if (c.position == PositionKind::kLearned) add_positions(x, a.first_row, T);
   }
+  for (int64_t l = part.first_layer; l < part.last_layer; ++l) layer_forward(a, w, l);
+  ForwardResult result;
+  if (!part.head) return result;
 
   Norm lnf{lnf_w_, lnf_b_};
-  norm_forward(c, s, lnf, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual.back());
+  norm_forward(c, s, lnf, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(part.last_layer)]);
   if (sp) tp_.all_gather_rows(a.lnf_full, a.lnf, "ln_f (fwd)");
   // logits (N, W) = lnf · Wᵀ with W (W, C): this rank's rows of the token table or the head.
   matmul(a.logits, a.lnf_full, s.compute(lm_head_), Tensor(), {.transpose_b = true});
-
-  ForwardResult result;
   if (targets.defined()) {
     if (a.vocab_loss) {
       result.token_count =
@@ -443,16 +524,93 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets) 
   return result;
 }
 
+void Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
+  const ModelConfig& c = config_;
+  const ParameterStore& s = store_;
+  const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
+  const int64_t N = a.N, HS = c.head_size();
+  const int64_t Q = registry_.heads().q_heads * HS, K = registry_.heads().kv_heads * HS;
+  const Layer& L = layers_[size_t(l)];
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  // Attention block: mid = x + out_proj(attention(norm1(x))).
+  norm_forward(c, s, L.norm1, p.ln1, p.ln1_mean, p.ln1_rstd, a.residual[size_t(l)]);
+  if (sp) tp_.all_gather_rows(p.ln1_full, p.ln1, fmt::format("layer {} ln_1 (fwd)", l));
+  Tensor q = p.q.view({N, Q}), k = p.k.view({N, K}), v = p.v.view({N, K});
+  if (L.qkv.size() == 1) {
+    linear_forward(s, L.qkv[0], p.qkv, p.ln1_full);
+    split_last_dim({&q, &k, &v}, p.qkv);
+  } else {
+    linear_forward(s, L.qkv[0], q, p.ln1_full);
+    linear_forward(s, L.qkv[1], k, p.ln1_full);
+    linear_forward(s, L.qkv[2], v, p.ln1_full);
+  }
+  if (c.position == PositionKind::kRope) {
+    rope_forward(p.q, p.q, c.rope_theta);
+    rope_forward(p.k, p.k, c.rope_theta);
+  }
+  attention_forward(p.att, p.lse, p.q, p.k, p.v);
+  linear_forward(s, L.out, w.proj_full, p.att.view({N, Q}), false);
+  if (sp) {
+    tp_.reduce_scatter_rows(w.proj, w.proj_full, fmt::format("layer {} attn out (fwd)", l));
+  } else {
+    tp_.all_reduce(w.proj_full, fmt::format("layer {} attn out (fwd)", l));
+  }
+  if (L.out.bias >= 0) bias_forward(w.proj, s.master(L.out.bias));
+  add(p.mid, a.residual[size_t(l)], w.proj);
+
+  // MLP block: out = mid + down(act(up(norm2(mid)))).
+  norm_forward(c, s, L.norm2, p.ln2, p.ln2_mean, p.ln2_rstd, p.mid);
+  if (sp) tp_.all_gather_rows(p.ln2_full, p.ln2, fmt::format("layer {} ln_2 (fwd)", l));
+  linear_forward(s, L.up, p.up, p.ln2_full);
+  if (c.mlp == MlpKind::kGelu) {
+    gelu_forward(p.act, p.up);
+  } else {
+    linear_forward(s, L.gate, p.gate, p.ln2_full);
+    swiglu_forward(p.act, p.gate, p.up);
+  }
+  linear_forward(s, L.down, w.proj_full, p.act, false);
+  if (sp) {
+    tp_.reduce_scatter_rows(w.proj, w.proj_full, fmt::format("layer {} mlp out (fwd)", l));
+  } else {
+    tp_.all_reduce(w.proj_full, fmt::format("layer {} mlp out (fwd)", l));
+  }
+  if (L.down.bias >= 0) bias_forward(w.proj, s.master(L.down.bias));
+  add(a.residual[size_t(l) + 1], p.mid, w.proj);
+}
+
+Tensor& Transformer::chunk_input(int chunk, int slot, int64_t B, int64_t T) {
+  const LayerChunk& part = registry_.part().chunks.at(size_t(chunk));
+  LATTICE_CHECK(!part.embedding, "the embedding chunk has no input activation");
+  return slot_activations(slot, B, T).residual[size_t(part.first_layer)];
+}
+
+const Tensor& Transformer::chunk_output(int chunk, int slot) const {
+  const LayerChunk& part = registry_.part().chunks.at(size_t(chunk));
+  LATTICE_CHECK(size_t(slot) < slots_.size() && slots_[size_t(slot)], "slot {} never used", slot);
+  return slots_[size_t(slot)]->residual[size_t(part.last_layer)];
+}
+
+Tensor& Transformer::chunk_output_grad(int chunk, int slot, int64_t B, int64_t T) {
+  LATTICE_CHECK(!registry_.part().chunks.at(size_t(chunk)).head,
+                "the head chunk starts its backward from the loss");
+  return slot_activations(slot, B, T).output_grad[size_t(chunk)];
+}
+
+const Tensor& Transformer::chunk_input_grad(int chunk, int slot) const {
+  LATTICE_CHECK(size_t(slot) < slots_.size() && slots_[size_t(slot)], "slot {} never used", slot);
+  return slots_[size_t(slot)]->input_grad.at(size_t(chunk));
+}
+
 const Tensor& Transformer::logits() const {
-  LATTICE_CHECK(acts_ != nullptr, "logits() before any forward()");
+  LATTICE_CHECK(!slots_.empty() && slots_[0], "logits() before any forward()");
   LATTICE_CHECK(tp_.size() == 1, "logits() of a tensor-parallel rank hold a vocabulary slice");
-  return acts_->logits;
+  return slots_[0]->logits;
 }
 
 std::vector<float> Transformer::logits_row(int64_t row) {
-  LATTICE_CHECK(acts_ != nullptr && row >= 0 && row < acts_->N, "logits_row({}) of {} rows", row,
-                acts_ == nullptr ? 0 : acts_->N);
-  const Tensor& logits = acts_->logits;
+  LATTICE_CHECK(!slots_.empty() && slots_[0] && row >= 0 && row < slots_[0]->N,
+                "logits_row({}) without a forward of that many rows", row);
+  const Tensor& logits = slots_[0]->logits;
   const int64_t W = logits.dim(1), V = config_.vocab_size;
   std::vector<float> full(static_cast<size_t>(W * tp_.size()));
   Tensor gathered = Tensor::borrow(full.data(), {int64_t(full.size())}, DType::kF32);
@@ -463,10 +621,17 @@ std::vector<float> Transformer::logits_row(int64_t row) {
   return full;
 }
 
+void Transformer::set_recompute(Recompute recompute) {
+  recompute_ = recompute;
+  slots_.clear();
+  scratch_.reset();
+}
+
 void Transformer::set_sequence_parallel(bool on) {
   if (on == tp_.sequence_parallel()) return;
   tp_ = TensorParallel(tp_.group(), on);
-  acts_.reset();
+  slots_.clear();
+  scratch_.reset();
 }
 
 void Transformer::report_grads_ready(std::initializer_list<int> params) const {
@@ -486,118 +651,144 @@ void Transformer::report_layer_grads_ready(const Layer& L) const {
 // Backward mirrors forward: the gradient of an all-gather is a reduce-scatter and the other way
 // round; the gradient of an all-reduce after a row-parallel map is nothing (every rank already
 // holds the whole gradient), and the input gradient of a column-parallel map is a partial sum.
-void Transformer::backward(float loss_scale) {
-  LATTICE_CHECK(acts_ != nullptr && have_targets_,
-                "backward() needs a forward() with targets first");
-  Activations& a = *acts_;
+void Transformer::backward_chunk(int chunk, int slot, float loss_scale) {
+  LATTICE_CHECK(
+      chunk >= 0 && chunk < chunk_count() && size_t(slot) < slots_.size() && slots_[size_t(slot)],
+      "backward of chunk {} slot {} before its forward", chunk, slot);
+  Activations& a = *slots_[size_t(slot)];
+  Scratch& w = scratch(a.B, a.T);
+  const LayerChunk& part = registry_.part().chunks[size_t(chunk)];
+  const ModelConfig& c = config_;
+  const ParameterStore& s = store_;
+  const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
+  const int64_t N = a.N;
+
+  if (part.head) {
+    LATTICE_CHECK(a.have_targets, "backward() needs a forward() with targets first");
+    // Loss -> logits, written in place of the logits (they are not needed afterwards).
+    if (a.vocab_loss) {
+      a.vocab_loss->backward(a.logits, a.logits, a.targets.view({N}),
+                             {registry_.vocab_start(), registry_.vocab_valid()}, loss_scale);
+    } else {
+      cross_entropy_backward(a.logits, a.logits, a.targets.view({N}), loss_scale);
+    }
+    Tensor dlogits = a.logits;
+    if (compute_dtype_ != DType::kF32) {
+      w.dlogits.copy_from(a.logits);
+      dlogits = w.dlogits;
+    }
+    // Output head: logits = lnf · Wᵀ, W (W, C).
+    matmul(w.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
+    Tensor dhead = s.grad(lm_head_);
+    matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
+    if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
+    if (sp) {
+      tp_.reduce_scatter_rows(w.dln, w.dln_full, "ln_f (bwd)");
+    } else {
+      tp_.all_reduce(w.dln_full, "ln_f (bwd)");
+    }
+    w.dresidual.zero_();
+    norm_backward(c, s, Norm{lnf_w_, lnf_b_}, w.dresidual, w.dln,
+                  a.residual[size_t(part.last_layer)], a.lnf_mean, a.lnf_rstd);
+    report_grads_ready({lnf_w_, lnf_b_});
+  } else {
+    w.dresidual.copy_from(a.output_grad[size_t(chunk)]);
+  }
+
+  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) layer_backward(a, w, l);
+
+  if (!part.embedding) {
+    a.input_grad[size_t(chunk)].copy_from(w.dresidual);
+    return;
+  }
+  // Embeddings: each rank scatters into the rows of its vocabulary slice.
+  if (sp) tp_.all_gather_rows(w.dresidual_full, w.dresidual, "embedding (bwd)");
+  Tensor dwte = s.grad(wte_);
+  embedding_backward(dwte, w.dresidual_full, a.tokens.view({N}), registry_.vocab_start());
+  if (c.position == PositionKind::kLearned) position_grads(w.dresidual, a.first_row, a.T);
+  report_grads_ready({wte_, wpe_});
+}
+
+void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l) {
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
   const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
   const int64_t N = a.N, HS = c.head_size();
   const int64_t Q = registry_.heads().q_heads * HS, K = registry_.heads().kv_heads * HS;
-  const int64_t T = a.T;
+  const Layer& L = layers_[size_t(l)];
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  // Full recompute: the layer's forward again from its kept input, the same collectives
+  // included, so that every buffer below holds what the original forward left there.
+  if (recompute_ == Recompute::kFull) layer_forward(a, w, l);
   // The partial gradient of a norm's output (N, C) becomes this rank's rows of the sum.
   auto reduce_dln = [&](std::string what) {
     if (sp) {
-      tp_.reduce_scatter_rows(a.dln, a.dln_full, what);
+      tp_.reduce_scatter_rows(w.dln, w.dln_full, what);
     } else {
-      tp_.all_reduce(a.dln_full, what);
+      tp_.all_reduce(w.dln_full, what);
     }
   };
   // The gradient of the residual stream as a matmul operand, gathered to all N rows.
   auto gather_dy = [&](std::string what) {
-    copy_unless_alias(a.dy, a.dresidual);
-    if (sp) tp_.all_gather_rows(a.dy_full, a.dy, what);
+    copy_unless_alias(w.dy, w.dresidual);
+    if (sp) tp_.all_gather_rows(w.dy_full, w.dy, what);
   };
 
-  // Loss -> logits, written in place of the logits (they are not needed afterwards).
-  if (a.vocab_loss) {
-    a.vocab_loss->backward(a.logits, a.logits, a.targets.view({N}),
-                           {registry_.vocab_start(), registry_.vocab_valid()}, loss_scale);
+  // MLP block. dresidual holds d(layer output) = d(mid) before norm2's contribution.
+  gather_dy(fmt::format("layer {} mlp out (bwd)", l));
+  if (L.down.bias >= 0) {
+    Tensor db = s.grad(L.down.bias);
+    bias_backward(db, w.dy);
+  }
+  linear_backward(s, L.down, w.dact, false, w.dy_full, p.act, false);
+  w.dup.zero_();
+  if (c.mlp == MlpKind::kGelu) {
+    gelu_backward(w.dup, w.dact, p.up);
+    linear_backward(s, L.up, w.dln_full, false, w.dup, p.ln2_full);
   } else {
-    cross_entropy_backward(a.logits, a.logits, a.targets.view({N}), loss_scale);
+    w.dgate.zero_();
+    swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up);
+    linear_backward(s, L.gate, w.dln_full, false, w.dgate, p.ln2_full);
+    linear_backward(s, L.up, w.dln_full, true, w.dup, p.ln2_full);
   }
-  Tensor dlogits = a.logits;
-  if (compute_dtype_ != DType::kF32) {
-    a.dlogits.copy_from(a.logits);
-    dlogits = a.dlogits;
+  reduce_dln(fmt::format("layer {} ln_2 (bwd)", l));
+  norm_backward(c, s, L.norm2, w.dresidual, w.dln, p.mid, p.ln2_mean, p.ln2_rstd);
+
+  // Attention block. dresidual now holds d(mid) = d(layer input) before norm1's contribution.
+  gather_dy(fmt::format("layer {} attn out (bwd)", l));
+  if (L.out.bias >= 0) {
+    Tensor db = s.grad(L.out.bias);
+    bias_backward(db, w.dy);
   }
-  // Output head: logits = lnf · Wᵀ, W (W, C).
-  matmul(a.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
-  Tensor dhead = s.grad(lm_head_);
-  matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
-  if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
-  reduce_dln("ln_f (bwd)");
-  a.dresidual.zero_();
-  norm_backward(c, s, Norm{lnf_w_, lnf_b_}, a.dresidual, a.dln, a.residual.back(), a.lnf_mean,
-                a.lnf_rstd);
-  report_grads_ready({lnf_w_, lnf_b_});
-
-  for (int64_t l = c.n_layer - 1; l >= 0; --l) {
-    const Layer& L = layers_[size_t(l)];
-    Activations::PerLayer& p = a.layer[size_t(l)];
-
-    // MLP block. dresidual holds d(layer output) = d(mid) before norm2's contribution.
-    gather_dy(fmt::format("layer {} mlp out (bwd)", l));
-    if (L.down.bias >= 0) {
-      Tensor db = s.grad(L.down.bias);
-      bias_backward(db, a.dy);
-    }
-    linear_backward(s, L.down, a.dact, false, a.dy_full, p.act, false);
-    a.dup.zero_();
-    if (c.mlp == MlpKind::kGelu) {
-      gelu_backward(a.dup, a.dact, p.up);
-      linear_backward(s, L.up, a.dln_full, false, a.dup, p.ln2_full);
-    } else {
-      a.dgate.zero_();
-      swiglu_backward(a.dgate, a.dup, a.dact, p.gate, p.up);
-      linear_backward(s, L.gate, a.dln_full, false, a.dgate, p.ln2_full);
-      linear_backward(s, L.up, a.dln_full, true, a.dup, p.ln2_full);
-    }
-    reduce_dln(fmt::format("layer {} ln_2 (bwd)", l));
-    norm_backward(c, s, L.norm2, a.dresidual, a.dln, p.mid, p.ln2_mean, p.ln2_rstd);
-
-    // Attention block. dresidual now holds d(mid) = d(layer input) before norm1's contribution.
-    gather_dy(fmt::format("layer {} attn out (bwd)", l));
-    if (L.out.bias >= 0) {
-      Tensor db = s.grad(L.out.bias);
-      bias_backward(db, a.dy);
-    }
-    Tensor datt = a.datt.view({N, Q});
-    linear_backward(s, L.out, datt, false, a.dy_full, p.att.view({N, Q}), false);
-    a.dq.zero_();
-    a.dk.zero_();
-    a.dv.zero_();
-    attention_backward(a.dq, a.dk, a.dv, a.datt, p.q, p.k, p.v, p.att, p.lse);
-    Tensor dq = a.dq, dk = a.dk;
-    if (c.position == PositionKind::kRope) {
-      a.dq_in.zero_();
-      a.dk_in.zero_();
-      rope_backward(a.dq_in, a.dq, c.rope_theta);
-      rope_backward(a.dk_in, a.dk, c.rope_theta);
-      dq = a.dq_in;
-      dk = a.dk_in;
-    }
-    Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = a.dv.view({N, K});
-    if (L.qkv.size() == 1) {
-      concat_last_dim(a.dqkv, {&dq2, &dk2, &dv2});
-      linear_backward(s, L.qkv[0], a.dln_full, false, a.dqkv, p.ln1_full);
-    } else {
-      linear_backward(s, L.qkv[0], a.dln_full, false, dq2, p.ln1_full);
-      linear_backward(s, L.qkv[1], a.dln_full, true, dk2, p.ln1_full);
-      linear_backward(s, L.qkv[2], a.dln_full, true, dv2, p.ln1_full);
-    }
-    reduce_dln(fmt::format("layer {} ln_1 (bwd)", l));
-    norm_backward(c, s, L.norm1, a.dresidual, a.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);
-    report_layer_grads_ready(L);
+  // Selective recompute: the attention core again from the kept q, k, v.
+  if (recompute_ == Recompute::kSelective) attention_forward(p.att, p.lse, p.q, p.k, p.v);
+  Tensor datt = w.datt.view({N, Q});
+  linear_backward(s, L.out, datt, false, w.dy_full, p.att.view({N, Q}), false);
+  w.dq.zero_();
+  w.dk.zero_();
+  w.dv.zero_();
+  attention_backward(w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse);
+  Tensor dq = w.dq, dk = w.dk;
+  if (c.position == PositionKind::kRope) {
+    w.dq_in.zero_();
+    w.dk_in.zero_();
+    rope_backward(w.dq_in, w.dq, c.rope_theta);
+    rope_backward(w.dk_in, w.dk, c.rope_theta);
+    dq = w.dq_in;
+    dk = w.dk_in;
   }
-
-  // Embeddings: each rank scatters into the rows of its vocabulary slice.
-  if (sp) tp_.all_gather_rows(a.dresidual_full, a.dresidual, "embedding (bwd)");
-  Tensor dwte = s.grad(wte_);
-  embedding_backward(dwte, a.dresidual_full, a.tokens.view({N}), registry_.vocab_start());
-  if (c.position == PositionKind::kLearned) position_grads(a.dresidual, a.first_row, T);
-  report_grads_ready({wte_, wpe_});
+  Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = w.dv.view({N, K});
+  if (L.qkv.size() == 1) {
+    concat_last_dim(w.dqkv, {&dq2, &dk2, &dv2});
+    linear_backward(s, L.qkv[0], w.dln_full, false, w.dqkv, p.ln1_full);
+  } else {
+    linear_backward(s, L.qkv[0], w.dln_full, false, dq2, p.ln1_full);
+    linear_backward(s, L.qkv[1], w.dln_full, true, dk2, p.ln1_full);
+    linear_backward(s, L.qkv[2], w.dln_full, true, dv2, p.ln1_full);
+  }
+  reduce_dln(fmt::format("layer {} ln_1 (bwd)", l));
+  norm_backward(c, s, L.norm1, w.dresidual, w.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);
+  report_layer_grads_ready(L);
 }
 
 void Transformer::reduce_partial_grads() {

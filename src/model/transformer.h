@@ -9,6 +9,11 @@
 // group (parallel/tensor_parallel.h). Under sequence parallelism the residual stream and the
 // norms hold only this rank's token rows.
 //
+// Pipeline parallelism: a rank may hold only some layers (a ModelPart of one or more chunks).
+// forward_chunk()/backward_chunk() run one chunk for one micro-batch; each micro-batch in
+// flight keeps its activations in its own slot, so a schedule can run several forwards before
+// their backwards (1F1B, interleaved). The whole-model forward()/backward() are chunk 0, slot 0.
+//
 // Mixed precision (compute dtype bf16): matmul operands (normalised activations, q/k/v, the MLP
 // hidden state, the weights' compute copy) are bf16; the residual stream, norm statistics,
 // logits, losses and every parameter gradient are f32. With compute dtype f32 all is f32.
@@ -27,6 +32,16 @@
 
 namespace lattice {
 
+// Activation recompute: what a layer keeps from its forward for its backward.
+//   none:      everything (fastest, most memory);
+//   selective: all but the attention core's output and softmax statistics, recomputed from
+//              q, k, v before the layer's backward (Korthikanti et al. 2022);
+//   full:      only the layer's input; the whole layer forward runs again before its backward,
+//              collectives included, into buffers shared by all layers and micro-batches.
+enum class Recompute { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute recompute);
+Recompute parse_recompute(std::string_view name);  // ConfigError naming the choices
+
 struct ForwardResult {
   double loss_sum = 0.0;    // sum of token losses of the micro-batch
   int64_t token_count = 0;  // targets that count (not ignored)
@@ -36,7 +51,9 @@ class Transformer {
  public:
   // tp: this rank's tensor-parallel group (default: none). ConfigError before anything is
   // allocated when the model does not split over it.
-  Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp = {});
+  // part: the layers this rank holds (default: all of them).
+  Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp = {},
+              const ModelPart& part = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -46,11 +63,33 @@ class Transformer {
   ParameterStore& parameters() { return store_; }
   DType compute_dtype() const { return compute_dtype_; }
   TensorParallel& tensor_parallel() { return tp_; }
+  // Frees the activations; the next forward allocates what `recompute` keeps.
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
 
   void initialize(uint64_t seed) { store_.initialize(config_, seed); }
 
   // tokens, targets: i32 (B, T), T <= seq_len. targets may be undefined (inference: logits only).
+  // The whole model (a part of one chunk with the embedding and the head).
   ForwardResult forward(const Tensor& tokens, const Tensor& targets);
+
+  // ---- pipeline chunks ----
+  // Forward of local chunk `chunk` for the micro-batch in activation slot `slot`. tokens (B, T)
+  // give the shape and, for the embedding chunk, the ids; targets are used by the head chunk
+  // (loss_sum and token_count are 0 elsewhere). Both must stay alive until backward_chunk. A
+  // chunk without the embedding reads its input from chunk_input(chunk, slot).
+  ForwardResult forward_chunk(int chunk, int slot, const Tensor& tokens, const Tensor& targets);
+  // Backward of the same (chunk, slot): the head chunk starts from the loss (scaled), the others
+  // from chunk_output_grad(chunk, slot); a chunk without the embedding leaves the gradient of its
+  // input in chunk_input_grad(chunk, slot).
+  void backward_chunk(int chunk, int slot, float loss_scale);
+  // (R, C) f32 buffers of a slot, R = this rank's token rows: where a received activation or
+  // gradient goes and where the one to send is. Valid after the slot's first use with (B, T).
+  Tensor& chunk_input(int chunk, int slot, int64_t B, int64_t T);
+  const Tensor& chunk_output(int chunk, int slot) const;
+  Tensor& chunk_output_grad(int chunk, int slot, int64_t B, int64_t T);
+  const Tensor& chunk_input_grad(int chunk, int slot) const;
+  int chunk_count() const { return int(registry_.part().chunks.size()); }
   // Logits of the last forward: f32 (B·T, V). Only without tensor parallelism (a tp rank holds
   // a vocabulary slice).
   const Tensor& logits() const;
@@ -76,7 +115,11 @@ class Transformer {
  private:
   struct Layer;
   struct Activations;
-  void ensure_activations(int64_t B, int64_t T);
+  struct Scratch;
+  Activations& slot_activations(int slot, int64_t B, int64_t T);
+  Scratch& scratch(int64_t B, int64_t T);
+  void layer_forward(Activations& a, Scratch& w, int64_t l);
+  void layer_backward(Activations& a, Scratch& w, int64_t l);
   void report_grads_ready(std::initializer_list<int> params) const;
   void report_layer_grads_ready(const Layer& layer) const;
   // Learned positions added to (or their gradient taken from) this rank's token rows.
@@ -87,13 +130,14 @@ class Transformer {
   Arena& arena_;
   DType compute_dtype_;
   TensorParallel tp_;
+  Recompute recompute_ = Recompute::kNone;
   ParameterRegistry registry_;
   ParameterStore store_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<Activations> acts_;
+  std::vector<Layer> layers_;  // (L), the held ones filled in
+  std::vector<std::unique_ptr<Activations>> slots_;
+  std::unique_ptr<Scratch> scratch_;
   Tensor partial_grads_;  // packed gradients of the partial_grad parameters (f32)
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
-  bool have_targets_ = false;
   GradReadyHook grad_ready_hook_;
 };
 

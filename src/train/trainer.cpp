@@ -9,6 +9,7 @@
 #include "parallel/replica_check.h"
 #include "parallel/zero_shards.h"
 #include "train/grad_norm.h"
+#include "train/pipeline_stage.h"
 
 namespace lattice {
 
@@ -48,6 +49,10 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
     tp_size_ = parallel_.tp->size();
     tp_rank_ = parallel_.tp->rank();
   }
+  if (parallel_.pp != nullptr) {
+    pp_size_ = parallel_.pp->size();
+    pp_rank_ = parallel_.pp->rank();
+  }
   if (parallel_.zero < 0 || parallel_.zero > 1) {
     LATTICE_THROW(ConfigError,
                   "zero stage {} is not supported ---> HINT: use --zero 0 (replicated) or 1 "
@@ -65,11 +70,24 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
                   "sequence length whose product divides by {}",
                   config_.micro_batch, config_.seq_len, tp_size_, tp_size_);
   }
+  ModelPart part;  // whole model
+  if (pp_size_ > 1) {
+    pipeline_schedule_ = make_schedule(parallel_.schedule, pp_size_, int(config_.micro_batches),
+                                       parallel_.virtual_stages);
+    const StagePartition partition = partition_model(
+        config_.model, pp_size_, parallel_.virtual_stages, parallel_.layers_per_chunk);
+    part = stage_part(partition, pp_size_, pp_rank_);
+    LATTICE_CHECK(!config_.model.tied_embeddings || parallel_.embedding != nullptr ||
+                      (!part.has_embedding() && !part.has_head()),
+                  "pipeline stage {} holds the tied token table but has no embedding group",
+                  pp_rank_);
+    pipeline_slots_ = std::max(1, peak_in_flight(pipeline_schedule_)[size_t(pp_rank_)]);
+  }
   // Ranks × threads never exceed the cores (DESIGN.md invariant 7).
+  const int ranks = dp_size_ * tp_size_ * pp_size_;
   const int threads = parallel_.threads > 0 ? parallel_.threads
-                      : config_.threads > 0
-                          ? config_.threads
-                          : std::max(1, available_cores() / (dp_size_ * tp_size_));
+                      : config_.threads > 0 ? config_.threads
+                                            : std::max(1, available_cores() / ranks);
   set_thread_budget(threads);
 
   const std::filesystem::path dir = config_.data_dir;
@@ -87,7 +105,9 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
   }
 
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
-                                         TensorParallel(parallel_.tp, parallel_.sequence_parallel));
+                                         TensorParallel(parallel_.tp, parallel_.sequence_parallel),
+                                         part);
+  model_->set_recompute(parallel_.recompute);
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
   param_ranges_ = flat_ranges(model_->registry());
   const int64_t P = model_->registry().total_elements();
@@ -101,6 +121,12 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
   }
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.decay_steps};
   micro_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
+  if (pp_size_ > 1) {
+    runtime_ = std::make_unique<PipelineRuntime>(*parallel_.pp, arena_);
+    for (int64_t mb = 0; mb < config_.micro_batches; ++mb) {
+      pipeline_batches_.push_back(make_token_batch(arena_, config_.micro_batch, config_.seq_len));
+    }
+  }
 }
 
 void Trainer::set_step(int64_t step) {
@@ -133,11 +159,12 @@ double Trainer::global_grad_norm() {
   const int64_t begin = zero ? optimizer_->shard_begin() : 0;
   const int64_t end = zero ? optimizer_->shard_end() : grads.numel();
   double local = 0.0;
-  if (tp_size_ == 1) {
+  if (tp_size_ == 1 && pp_size_ == 1) {
     if (end > begin) local = grad_sum_squares(grads.slice_rows(begin, end));
   } else {
     for (const ParameterSpec& spec : model_->registry().specs()) {
       if (spec.shard.replicated() && tp_rank_ != 0) continue;
+      if (spec.tied_copy) continue;  // counted on the first stage
       const int64_t lo = std::max(begin, spec.offset);
       const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
       if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo, hi));
@@ -145,6 +172,7 @@ double Trainer::global_grad_norm() {
   }
   if (zero) local = sum_over_ranks(*parallel_.dp, {local})[0];
   if (tp_size_ > 1) local = sum_over_ranks(*parallel_.tp, {local})[0];
+  if (pp_size_ > 1) local = sum_over_ranks(*parallel_.pp, {local})[0];
   return std::sqrt(local);
 }
 
@@ -154,18 +182,9 @@ void Trainer::check_replicas_now() {
   check_replicas(*parallel_.dp, model_->parameters().master(), param_ranges_, names);
 }
 
-StepMetrics Trainer::train_step() {
-  Stopwatch watch;
-  ParameterStore& params = model_->parameters();
+double Trainer::run_micro_batches(double global_tokens) {
   const int64_t B = config_.micro_batch;
   const int64_t M = config_.micro_batches;
-
-  // ---- training section: batch, forward, backward and reduce, clip, schedule, update ----
-  params.zero_grads();
-  // The loss is normalised by the global batch's token count, so every micro-batch's backward
-  // is scaled by the same 1 / tokens (the loss of each micro-batch is a partial sum). This rank
-  // reads rows [rank·M·B, (rank+1)·M·B) of global batch `step`: the same tokens for any dp.
-  const double global_tokens = double(config_.global_batch * config_.seq_len);
   double loss_sum = 0.0;
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
@@ -181,10 +200,54 @@ StepMetrics Trainer::train_step() {
     model_->backward(float(1.0 / global_tokens));
     model_->set_grad_ready_hook({});
   }
-  if (reducer_ != nullptr) {
-    reducer_->finish();
-    loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
+  if (reducer_ != nullptr) reducer_->finish();
+  return loss_sum;
+}
+
+// The schedule's forwards and backwards over the pp group, then the data-parallel reduction
+// (after the pipeline has drained: every stage reduces its own parameters over its dp group) and
+// the tied embeddings' reduction over the embedding group. Only the last stage computes the
+// loss; the sum over the pp group gives it to every stage.
+double Trainer::run_pipeline(double global_tokens) {
+  const int64_t B = config_.micro_batch;
+  const int64_t M = config_.micro_batches;
+  for (int64_t mb = 0; mb < M; ++mb) {
+    const int64_t row = (dp_rank_ * M + mb) * B;
+    const TokenBatch& batch = pipeline_batches_[size_t(mb)];
+    train_loader_->read_batch_rows(step_, row, row + B, batch.inputs, batch.targets);
   }
+  ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
+  pipeline_stats_ = runtime_->run(pipeline_schedule_.per_rank[size_t(pp_rank_)], stage);
+  if (reducer_ != nullptr) {
+    reducer_->begin_step();
+    reducer_->finish();
+  }
+  const ParameterRegistry& registry = model_->registry();
+  if (config_.model.tied_embeddings && parallel_.embedding != nullptr &&
+      parallel_.embedding->size() > 1) {
+    const int index =
+        registry.find(config_.model.family == ModelFamily::kGpt2 ? "transformer.wte.weight"
+                                                                 : "model.embed_tokens.weight");
+    if (index >= 0 && (registry.part().has_embedding() || registry.at(index).tied_copy)) {
+      Tensor grad = model_->parameters().grad(index);
+      parallel_.embedding->all_reduce(grad, ReduceOp::kSum, {.algorithm = Algorithm::kRing});
+    }
+  }
+  return sum_over_ranks(*parallel_.pp, {stage.loss_sum()})[0];
+}
+
+StepMetrics Trainer::train_step() {
+  Stopwatch watch;
+  ParameterStore& params = model_->parameters();
+
+  // ---- training section: batch, forward, backward and reduce, clip, schedule, update ----
+  params.zero_grads();
+  // The loss is normalised by the global batch's token count, so every micro-batch's backward
+  // is scaled by the same 1 / tokens (the loss of each micro-batch is a partial sum). This rank
+  // reads rows [rank·M·B, (rank+1)·M·B) of global batch `step`: the same tokens for any dp.
+  const double global_tokens = double(config_.global_batch * config_.seq_len);
+  double loss_sum = pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens);
+  if (reducer_ != nullptr) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
   const double grad_norm = global_grad_norm();
@@ -210,6 +273,31 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
+ForwardResult Trainer::pipeline_forward(const TokenBatch& batch) {
+  // Model chunks in order: the stage holding chunk k receives its input from the stage of chunk
+  // k − 1, runs it, and sends the output on. The last stage's loss goes to every stage.
+  Communicator& pp = *parallel_.pp;
+  const int chunks = pp_size_ * parallel_.virtual_stages;
+  ForwardResult result;
+  for (int k = 0; k < chunks; ++k) {
+    if (k % pp_size_ != pp_rank_) continue;
+    const int local = k / pp_size_;
+    if (k > 0) {
+      Tensor& input = model_->chunk_input(local, 0, batch.inputs.dim(0), batch.inputs.dim(1));
+      pp.recv(input, (k - 1) % pp_size_, {.tag = 0x53});
+    }
+    ForwardResult r = model_->forward_chunk(local, 0, batch.inputs, batch.targets);
+    if (k + 1 < chunks) {
+      pp.send(model_->chunk_output(local, 0), (k + 1) % pp_size_, {.tag = 0x53});
+    } else {
+      result = r;
+    }
+  }
+  const std::vector<double> sums =
+      sum_over_ranks(pp, {result.loss_sum, double(result.token_count)});
+  return {sums[0], int64_t(sums[1])};
+}
+
 double Trainer::evaluate() {
   LATTICE_CHECK(val_loader_ != nullptr, "evaluate() without validation data (val.bin)");
   double loss_sum = 0.0;
@@ -219,7 +307,8 @@ double Trainer::evaluate() {
   const int64_t batches = std::max<int64_t>(1, config_.eval_batches) * dp_size_;
   for (int64_t k = 0; k < batches; ++k) {
     val_loader_->read_batch(k, micro_.inputs, micro_.targets);
-    ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
+    ForwardResult r =
+        pp_size_ > 1 ? pipeline_forward(micro_) : model_->forward(micro_.inputs, micro_.targets);
     loss_sum += r.loss_sum;
     tokens += r.token_count;
   }

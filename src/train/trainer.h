@@ -17,6 +17,7 @@
 #include "data/token_loader.h"
 #include "model/transformer.h"
 #include "parallel/grad_reducer.h"
+#include "parallel/pipeline_runtime.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -44,6 +45,14 @@ struct ParallelSetup {
   int threads = 0;                 // per rank; 0: cores / (dp · tp) (never oversubscribe)
   Communicator* tp = nullptr;
   bool sequence_parallel = false;  // split the residual stream's token rows over tp
+  // Pipeline parallelism (docs/pipeline-parallel.md): the pp group (rank = stage), the
+  // embedding group (first and last stage: tied embeddings), the schedule and its chunks.
+  Communicator* pp = nullptr;
+  Communicator* embedding = nullptr;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  std::vector<int> layers_per_chunk = {};  // empty: balanced by the cost model
+  Recompute recompute = Recompute::kNone;  // activation recompute (model/transformer.h)
 };
 
 class Trainer {
@@ -64,6 +73,10 @@ class Trainer {
   int dp_size() const { return dp_size_; }
   int dp_rank() const { return dp_rank_; }
   int tp_size() const { return tp_size_; }
+  int pp_size() const { return pp_size_; }
+  // The pipeline schedule of a pp > 1 run, and what the last step measured on this stage.
+  const Schedule& pipeline_schedule() const { return pipeline_schedule_; }
+  const PipelineStepStats& pipeline_stats() const { return pipeline_stats_; }
   const ParallelSetup& parallel() const { return parallel_; }
   // The reducer of a dp > 1 run (nullptr otherwise).
   const GradReducer* grad_reducer() const { return reducer_.get(); }
@@ -86,6 +99,12 @@ class Trainer {
   ParallelSetup parallel_;
   int dp_size_ = 1, dp_rank_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
+  int pp_size_ = 1, pp_rank_ = 0;
+  Schedule pipeline_schedule_;
+  std::unique_ptr<PipelineRuntime> runtime_;
+  std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
+  int pipeline_slots_ = 1;
+  PipelineStepStats pipeline_stats_;
   std::vector<FlatRange> param_ranges_;
   std::unique_ptr<GradReducer> reducer_;
   LrSchedule schedule_;
@@ -94,6 +113,11 @@ class Trainer {
 
   // The gradient norm of the whole model over the dp and tp groups (each element counted once).
   double global_grad_norm();
+  // Forward and backward of the step's micro-batches; returns this rank's loss sum.
+  double run_micro_batches(double global_tokens);
+  double run_pipeline(double global_tokens);
+  // One batch's loss sum and token count through the pipeline's forwards only (evaluation).
+  ForwardResult pipeline_forward(const TokenBatch& batch);
   void check_replicas_now();
 };
 

@@ -1,0 +1,88 @@
+#include "parallel/pipeline_runtime.h"
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace lattice {
+
+namespace {
+
+// Activations and gradients travel under different tags: with interleaving the first and last
+// stage exchange both kinds, and each kind must pair sends with receives in list order.
+constexpr uint32_t kActivationTag = 0x51;
+constexpr uint32_t kGradientTag = 0x52;
+
+}  // namespace
+
+PipelineRuntime::PipelineRuntime(Communicator& pp, Arena& arena) : pp_(pp), arena_(arena) {}
+
+Tensor& PipelineRuntime::staging(int kind, const Instruction& in, const Tensor& like) {
+  Tensor& buffer = staging_[{kind, in.micro_batch, in.chunk}];
+  if (!buffer.defined() || buffer.shape() != like.shape() || buffer.dtype() != like.dtype()) {
+    buffer = Tensor::empty(arena_, like.shape(), like.dtype(), MemoryCategory::kActivations);
+  }
+  return buffer;
+}
+
+PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
+                                       PipelineStage& stage) {
+  PipelineStepStats stats;
+  Stopwatch step;
+  std::vector<Communicator::SendHandle> sends;
+  auto timed = [](double& total, auto&& fn) {
+    Stopwatch watch;
+    fn();
+    total += watch.seconds();
+  };
+  for (const Instruction& in : program) {
+    switch (in.op) {
+      case Op::kForward:
+        timed(stats.compute_seconds, [&] { stage.forward(in.micro_batch, in.chunk); });
+        break;
+      case Op::kBackward:
+        timed(stats.compute_seconds, [&] { stage.backward(in.micro_batch, in.chunk); });
+        break;
+      case Op::kBackwardInput:
+      case Op::kBackwardWeight:
+        LATTICE_THROW(ConfigError,
+                      "schedule '{}' splits backward into input and weight parts, which this "
+                      "runtime does not execute yet ---> HINT: use gpipe, 1f1b or "
+                      "interleaved-1f1b",
+                      describe(in));
+      case Op::kSendActivation:
+      case Op::kSendGrad: {
+        const bool activation = in.op == Op::kSendActivation;
+        const Tensor& source = activation ? stage.output(in.micro_batch, in.chunk)
+                                          : stage.input_grad(in.micro_batch, in.chunk);
+        Tensor& buffer = staging(activation ? 0 : 1, in, source);
+        buffer.copy_from(source);
+        sends.push_back(pp_.send_async(buffer, in.peer_stage,
+                                       {.tag = activation ? kActivationTag : kGradientTag}));
+        ++stats.transfers;
+        stats.bytes_sent += buffer.nbytes();
+        break;
+      }
+      case Op::kRecvActivation:
+      case Op::kRecvGrad: {
+        const bool activation = in.op == Op::kRecvActivation;
+        Tensor& target = activation ? stage.input(in.micro_batch, in.chunk)
+                                    : stage.output_grad(in.micro_batch, in.chunk);
+        timed(stats.wait_seconds, [&] {
+          pp_.recv(target, in.peer_stage, {.tag = activation ? kActivationTag : kGradientTag});
+        });
+        ++stats.transfers;
+        break;
+      }
+      case Op::kReduceGrads:
+      case Op::kOptimizerStep:
+        break;  // the caller's, after the pipeline has drained
+    }
+  }
+  timed(stats.wait_seconds, [&] {
+    for (Communicator::SendHandle& send : sends) send.wait();
+  });
+  stats.step_seconds = step.seconds();
+  return stats;
+}
+
+}  // namespace lattice

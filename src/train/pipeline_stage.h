@@ -1,0 +1,50 @@
+// Pipeline parallelism in the trainer: which layers a stage holds (stage_partition.h with the
+// transformer's costs) and the PipelineStage the runtime drives, on the stage's Transformer.
+#pragma once
+
+#include <vector>
+
+#include "data/token_loader.h"
+#include "model/transformer.h"
+#include "parallel/pipeline_runtime.h"
+#include "parallel/stage_partition.h"
+
+namespace lattice {
+
+// The model cut into p·v chunks: balanced by the cost model (a layer's forward FLOPs per token;
+// the embedding costs no FLOPs but its table's memory; the head costs 2·C·V FLOPs and the
+// table's memory when untied), or by layers_per_chunk when given (p·v counts).
+StagePartition partition_model(const ModelConfig& config, int stages, int virtual_stages,
+                               const std::vector<int>& layers_per_chunk = {});
+
+// The chunks stage `stage` holds, in local order (local chunk c = model chunk c·p + stage).
+ModelPart stage_part(const StagePartition& partition, int stages, int stage);
+
+// Runs chunks of the stage's Transformer for the runtime. Micro-batch mb uses activation slot
+// mb % slots; the schedule's peak in-flight count bounds how many are live at once (checked).
+class ModelPipelineStage : public PipelineStage {
+ public:
+  ModelPipelineStage(Transformer& model, const std::vector<TokenBatch>& batches, int slots,
+                     float loss_scale);
+
+  void forward(int micro_batch, int chunk) override;
+  void backward(int micro_batch, int chunk) override;
+  const Tensor& output(int micro_batch, int chunk) override;
+  Tensor& input(int micro_batch, int chunk) override;
+  const Tensor& input_grad(int micro_batch, int chunk) override;
+  Tensor& output_grad(int micro_batch, int chunk) override;
+
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  int slot(int micro_batch, int chunk, bool take);
+
+  Transformer& model_;
+  const std::vector<TokenBatch>& batches_;
+  int slots_;
+  float loss_scale_;
+  double loss_sum_ = 0.0;
+  std::vector<std::vector<int>> occupant_;  // [chunk][slot]: micro-batch in flight, or -1
+};
+
+}  // namespace lattice

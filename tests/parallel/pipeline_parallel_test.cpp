@@ -1,0 +1,231 @@
+// Pipeline parallelism against the single-rank run (DESIGN.md invariant 1): every schedule the
+// runtime executes, with one and two chunks per stage, on 2 and 4 stages, and the full 3D mesh
+// dp2·tp2·pp2 with ZeRO-1: the per-step loss of ten steps within 1e-5 relative of the single
+// rank's; the same layout twice bitwise identical.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "../train/test_corpus.h"
+#include "comm/thread_world.h"
+#include "parallel/device_mesh.h"
+#include "train/trainer.h"
+
+namespace lattice {
+namespace {
+
+constexpr int kSteps = 10;
+
+ModelConfig eight_layers(const std::string& preset) {
+  ModelConfig c = model_preset(preset);
+  c.n_layer = 8;  // p·v up to 8 chunks
+  c.d_model = 32;
+  c.n_head = 4;
+  c.n_kv_head = preset == "llama-tiny" ? 2 : 4;
+  c.d_ff = preset == "llama-tiny" ? 88 : 128;
+  c.seq_len = 12;
+  return c;
+}
+
+TrainConfig pipeline_config(const std::string& preset, const std::filesystem::path& data) {
+  TrainConfig c;
+  c.model = eight_layers(preset);
+  c.data_dir = data.string();
+  c.data_mode = "shuffled";
+  c.seq_len = 12;
+  c.global_batch = 8;
+  c.micro_batches = 4;
+  c.micro_batch = 0;
+  c.lr = 3e-3f;
+  c.min_lr = 3e-4f;
+  c.warmup_steps = 1;
+  c.steps = c.decay_steps = kSteps;
+  c.adam.lr = c.lr;
+  c.grad_clip = 0.5f;
+  c.threads = 1;
+  c.eval_batches = 1;
+  return c;
+}
+
+struct Layout {
+  MeshShape shape;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  bool sp = false;
+  int zero = 0;
+  Recompute recompute = Recompute::kNone;
+};
+
+struct PipelineRun {
+  std::vector<double> losses, norms;
+  double val_loss = 0.0;
+  std::vector<float> rank0_params;
+  PipelineStepStats rank0_stats;
+};
+
+PipelineRun train(const TrainConfig& config, const Layout& l) {
+  PipelineRun run;
+  std::mutex mutex;
+  run_ranks(l.shape.world_size(), [&](Communicator& comm) {
+    DeviceMesh mesh(comm, l.shape);
+    Arena arena(fmt::format("rank{}", comm.rank()));
+    Trainer trainer(config, arena,
+                    {.dp = &mesh.dp(),
+                     .zero = l.zero,
+                     .bucket_bytes = 8 << 10,
+                     .check_replicas = l.shape.dp > 1,
+                     .threads = 1,
+                     .tp = &mesh.tp(),
+                     .sequence_parallel = l.sp,
+                     .pp = &mesh.pp(),
+                     .embedding = mesh.embedding(),
+                     .schedule = l.schedule,
+                     .virtual_stages = l.virtual_stages,
+                     .recompute = l.recompute});
+    std::vector<double> losses, norms;
+    for (int s = 0; s < kSteps; ++s) {
+      StepMetrics m = trainer.train_step();
+      losses.push_back(m.loss);
+      norms.push_back(m.grad_norm);
+    }
+    const double val = trainer.evaluate();
+    if (comm.rank() == 0) {
+      std::lock_guard lock(mutex);
+      run.losses = losses;
+      run.norms = norms;
+      run.val_loss = val;
+      const Tensor& master = trainer.model().parameters().master();
+      run.rank0_params.assign(master.data<float>(), master.data<float>() + master.numel());
+      run.rank0_stats = trainer.pipeline_stats();
+    }
+  });
+  return run;
+}
+
+void expect_matches(const PipelineRun& single, const PipelineRun& split, const std::string& what) {
+  ASSERT_EQ(split.losses.size(), single.losses.size());
+  for (size_t s = 0; s < single.losses.size(); ++s) {
+    EXPECT_NEAR(split.losses[s], single.losses[s], 1e-5 * single.losses[s])
+        << what << " step " << s + 1;
+    EXPECT_NEAR(split.norms[s], single.norms[s], 1e-4 * single.norms[s])
+        << what << " step " << s + 1;
+  }
+  EXPECT_NEAR(split.val_loss, single.val_loss, 1e-5 * single.val_loss) << what;
+}
+
+struct Case {
+  const char* preset;
+  int pp;
+  ScheduleKind schedule;
+  int v;
+  Recompute recompute = Recompute::kNone;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.preset << " pp" << c.pp << " " << schedule_kind_name(c.schedule) << " v" << c.v
+      << " recompute " << recompute_name(c.recompute);
+}
+
+class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineEquivalence, TenStepsMatchTheSingleRankRun) {
+  const Case c = GetParam();
+  auto dir = testing::make_corpus_dir(
+      std::string("pp_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const TrainConfig config = pipeline_config(c.preset, dir);
+  const PipelineRun single = train(config, {.shape = {1, 1, 1}});
+  const PipelineRun split =
+      train(config, {.shape = {c.pp, 1, 1}, .schedule = c.schedule, .virtual_stages = c.v});
+  expect_matches(
+      single, split,
+      fmt::format("{} pp{} {} v{}", c.preset, c.pp, schedule_kind_name(c.schedule), c.v));
+  EXPECT_GT(single.norms[0], config.grad_clip) << "clipping should be active";
+  EXPECT_GT(split.rank0_stats.transfers, 0);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name = fmt::format("{}_pp{}_{}_v{}_{}", info.param.preset, info.param.pp,
+                                 schedule_kind_name(info.param.schedule), info.param.v,
+                                 recompute_name(info.param.recompute));
+  for (char& ch : name) {
+    if (ch == '-') ch = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineEquivalence,
+    ::testing::Values(Case{"gpt2-tiny", 2, ScheduleKind::kGpipe, 1},
+                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1},
+                      Case{"gpt2-tiny", 2, ScheduleKind::kInterleaved1F1B, 2},
+                      Case{"gpt2-tiny", 4, ScheduleKind::kGpipe, 1},
+                      Case{"gpt2-tiny", 4, ScheduleKind::kOneFOneB, 1},
+                      Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
+                      Case{"llama-tiny", 2, ScheduleKind::kOneFOneB, 1},
+                      Case{"llama-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
+                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kSelective},
+                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kFull},
+                      Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2, Recompute::kFull},
+                      Case{"llama-tiny", 2, ScheduleKind::kGpipe, 1, Recompute::kSelective},
+                      Case{"llama-tiny", 4, ScheduleKind::kOneFOneB, 1, Recompute::kFull}),
+    case_name);
+
+TEST(PipelineParallel, ThreeDimensionalMeshWithZeroOneMatchesTheSingleRankRun) {
+  auto dir = testing::make_corpus_dir("pp_3d");
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const TrainConfig config = pipeline_config(preset, dir);
+    const PipelineRun single = train(config, {.shape = {1, 1, 1}});
+    const PipelineRun mesh = train(config, {.shape = {2, 2, 2}, .sp = true, .zero = 1});
+    expect_matches(single, mesh, fmt::format("{} pp2·dp2·tp2 sp zero1", preset));
+  }
+}
+
+// Recompute repeats the forward exactly: the same bits as keeping the activations, with tensor
+// and sequence parallelism too (the recomputed forward issues the same collectives), and less
+// activation memory.
+TEST(PipelineParallel, RecomputeIsBitwiseTheRunWithoutItUnderTensorParallelism) {
+  auto dir = testing::make_corpus_dir("recompute_tp");
+  const TrainConfig config = pipeline_config("llama-tiny", dir);
+  const PipelineRun kept = train(config, {.shape = {2, 1, 2}, .sp = true});
+  for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+    const PipelineRun recomputed = train(config, {.shape = {2, 1, 2}, .sp = true, .recompute = r});
+    EXPECT_EQ(recomputed.losses, kept.losses) << recompute_name(r);
+    EXPECT_EQ(std::memcmp(recomputed.rank0_params.data(), kept.rank0_params.data(),
+                          kept.rank0_params.size() * sizeof(float)),
+              0)
+        << recompute_name(r);
+  }
+}
+
+TEST(PipelineParallel, SameLayoutTwiceIsBitwiseIdentical) {
+  auto dir = testing::make_corpus_dir("pp_bitwise");
+  const TrainConfig config = pipeline_config("gpt2-tiny", dir);
+  const Layout layout{
+      .shape = {2, 1, 1}, .schedule = ScheduleKind::kInterleaved1F1B, .virtual_stages = 2};
+  const PipelineRun a = train(config, layout);
+  const PipelineRun b = train(config, layout);
+  ASSERT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.rank0_params.size(), b.rank0_params.size());
+  EXPECT_EQ(std::memcmp(a.rank0_params.data(), b.rank0_params.data(),
+                        a.rank0_params.size() * sizeof(float)),
+            0);
+}
+
+TEST(PipelineParallel, LayoutsThePipelineCannotTakeAreRefused) {
+  auto dir = testing::make_corpus_dir("pp_errors");
+  TrainConfig config = pipeline_config("gpt2-tiny", dir);
+  // Interleaving needs micro-batches divisible by the stages.
+  config.micro_batches = 2;
+  EXPECT_THROW(
+      train(config,
+            {.shape = {4, 1, 1}, .schedule = ScheduleKind::kInterleaved1F1B, .virtual_stages = 2}),
+      ConfigError);
+  // More chunks than layers.
+  config = pipeline_config("gpt2-tiny", dir);
+  config.model.n_layer = 3;
+  EXPECT_THROW(train(config, {.shape = {4, 1, 1}}), ConfigError);
+}
+
+}  // namespace
+}  // namespace lattice
