@@ -58,12 +58,17 @@ void linear_forward(const ParameterStore& s, const Linear& l, Tensor& y, const T
   matmul(y, x, used_weight(l, s.compute(l.weight)), bias, {.transpose_b = !l.in_out});
 }
 
-// dx (=, or += with accumulate_dx) dy · Wᵀ; dW += xᵀ·dy (or dyᵀ·x); db += Σ rows of dy unless
-// the bias was added after a reduction (its gradient is then taken by the caller).
-void linear_backward(const ParameterStore& s, const Linear& l, Tensor& dx, bool accumulate_dx,
-                     const Tensor& dy, const Tensor& x, bool bias_grad = true) {
+// dx (=, or += with accumulate_dx) dy · Wᵀ.
+void linear_backward_input(const ParameterStore& s, const Linear& l, Tensor& dx, bool accumulate_dx,
+                           const Tensor& dy) {
   matmul(dx, dy, used_weight(l, s.compute(l.weight)), Tensor(),
          {.transpose_b = l.in_out, .accumulate = accumulate_dx});
+}
+
+// dW += xᵀ·dy (or dyᵀ·x); db += Σ rows of dy unless the bias was added after a reduction (its
+// gradient is then taken by the caller).
+void linear_backward_weight(const ParameterStore& s, const Linear& l, const Tensor& dy,
+                            const Tensor& x, bool bias_grad = true) {
   Tensor dw = used_weight(l, s.grad(l.weight));
   if (l.in_out) {
     matmul(dw, x, dy, Tensor(), {.transpose_a = true, .accumulate = true});
@@ -118,6 +123,15 @@ struct Transformer::Activations {
   std::optional<VocabParallelCrossEntropy> vocab_loss;  // tp > 1
   // Per local chunk: the received gradient of its output, the gradient of its input to send.
   std::vector<Tensor> output_grad, input_grad;  // (R, C) f32
+
+  // Deferred weight gradients (zero-bubble schedules): the output gradients of a layer's linear
+  // maps, kept from its input-gradient pass until its weight pass. Allocated on first use.
+  struct WeightGradInputs {
+    Tensor dy_mlp, dup, dgate;  // (N, C), (N, H), (N, H) cdt
+    Tensor dy_attn, dqkv;       // (N, C), (N, Q + 2·K) cdt: GPT-2's fused projection
+    Tensor dq, dk, dv;          // (N, Q), (N, K), (N, K) cdt: Llama's three
+  };
+  std::vector<WeightGradInputs> deferred;  // (L)
 };
 
 // Scratch shared by all slots: temporaries of one layer's forward and everything of backward.
@@ -651,7 +665,9 @@ void Transformer::report_layer_grads_ready(const Layer& L) const {
 // Backward mirrors forward: the gradient of an all-gather is a reduce-scatter and the other way
 // round; the gradient of an all-reduce after a row-parallel map is nothing (every rank already
 // holds the whole gradient), and the input gradient of a column-parallel map is a partial sum.
-void Transformer::backward_chunk(int chunk, int slot, float loss_scale) {
+void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool defer_weights) {
+  LATTICE_CHECK(!defer_weights || recompute_ == Recompute::kNone,
+                "deferred weight gradients need the activations kept (recompute none)");
   LATTICE_CHECK(
       chunk >= 0 && chunk < chunk_count() && size_t(slot) < slots_.size() && slots_[size_t(slot)],
       "backward of chunk {} slot {} before its forward", chunk, slot);
@@ -695,7 +711,9 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale) {
     w.dresidual.copy_from(a.output_grad[size_t(chunk)]);
   }
 
-  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) layer_backward(a, w, l);
+  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) {
+    layer_backward(a, w, l, defer_weights);
+  }
 
   if (!part.embedding) {
     a.input_grad[size_t(chunk)].copy_from(w.dresidual);
@@ -709,7 +727,41 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale) {
   report_grads_ready({wte_, wpe_});
 }
 
-void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l) {
+void Transformer::backward_weight_chunk(int chunk, int slot) {
+  LATTICE_CHECK(
+      chunk >= 0 && chunk < chunk_count() && size_t(slot) < slots_.size() && slots_[size_t(slot)],
+      "weight gradients of chunk {} slot {} before its backward", chunk, slot);
+  Activations& a = *slots_[size_t(slot)];
+  const LayerChunk& part = registry_.part().chunks[size_t(chunk)];
+  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) layer_backward_weights(a, l);
+}
+
+void Transformer::layer_backward_weights(Activations& a, int64_t l) {
+  const ParameterStore& s = store_;
+  const Layer& L = layers_[size_t(l)];
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  LATTICE_CHECK(size_t(l) < a.deferred.size() && a.deferred[size_t(l)].dy_mlp.defined(),
+                "layer {} has no deferred weight gradients", l);
+  Activations::WeightGradInputs& d = a.deferred[size_t(l)];
+  const int64_t N = a.N, Q = registry_.heads().q_heads * config_.head_size();
+  linear_backward_weight(s, L.down, d.dy_mlp, p.act, false);
+  if (config_.mlp == MlpKind::kGelu) {
+    linear_backward_weight(s, L.up, d.dup, p.ln2_full);
+  } else {
+    linear_backward_weight(s, L.gate, d.dgate, p.ln2_full);
+    linear_backward_weight(s, L.up, d.dup, p.ln2_full);
+  }
+  linear_backward_weight(s, L.out, d.dy_attn, p.att.view({N, Q}), false);
+  if (L.qkv.size() == 1) {
+    linear_backward_weight(s, L.qkv[0], d.dqkv, p.ln1_full);
+  } else {
+    linear_backward_weight(s, L.qkv[0], d.dq, p.ln1_full);
+    linear_backward_weight(s, L.qkv[1], d.dk, p.ln1_full);
+    linear_backward_weight(s, L.qkv[2], d.dv, p.ln1_full);
+  }
+}
+
+void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool defer_weights) {
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
   const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
@@ -740,17 +792,49 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l) {
     Tensor db = s.grad(L.down.bias);
     bias_backward(db, w.dy);
   }
-  linear_backward(s, L.down, w.dact, false, w.dy_full, p.act, false);
+  // With deferred weights the output gradients of the linear maps are kept for the weight pass.
+  Activations::WeightGradInputs* keep = nullptr;
+  if (defer_weights) {
+    if (a.deferred.size() != size_t(config_.n_layer)) a.deferred.resize(size_t(config_.n_layer));
+    keep = &a.deferred[size_t(l)];
+    if (!keep->dy_mlp.defined()) {
+      auto like = [&](const Tensor& t) {
+        return Tensor::empty(arena_, t.shape(), t.dtype(), MemoryCategory::kActivations);
+      };
+      keep->dy_mlp = like(w.dy_full);
+      keep->dup = like(w.dup);
+      if (c.mlp == MlpKind::kSwiglu) keep->dgate = like(w.dgate);
+      keep->dy_attn = like(w.dy_full);
+      if (L.qkv.size() == 1) {
+        keep->dqkv = like(w.dqkv);
+      } else {
+        keep->dq = Tensor::empty(arena_, {N, Q}, w.dq.dtype(), MemoryCategory::kActivations);
+        keep->dk = Tensor::empty(arena_, {N, K}, w.dk.dtype(), MemoryCategory::kActivations);
+        keep->dv = Tensor::empty(arena_, {N, K}, w.dv.dtype(), MemoryCategory::kActivations);
+      }
+    }
+  }
+  // dx of a linear map now; its dW now, or later from the kept dy.
+  auto backward_linear = [&](const Linear& lin, Tensor& dx, bool accumulate, const Tensor& dy,
+                             const Tensor& x, bool bias_grad) {
+    linear_backward_input(s, lin, dx, accumulate, dy);
+    if (!defer_weights) linear_backward_weight(s, lin, dy, x, bias_grad);
+  };
+
+  backward_linear(L.down, w.dact, false, w.dy_full, p.act, false);
+  if (keep) keep->dy_mlp.copy_from(w.dy_full);
   w.dup.zero_();
   if (c.mlp == MlpKind::kGelu) {
     gelu_backward(w.dup, w.dact, p.up);
-    linear_backward(s, L.up, w.dln_full, false, w.dup, p.ln2_full);
+    backward_linear(L.up, w.dln_full, false, w.dup, p.ln2_full, true);
   } else {
     w.dgate.zero_();
     swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up);
-    linear_backward(s, L.gate, w.dln_full, false, w.dgate, p.ln2_full);
-    linear_backward(s, L.up, w.dln_full, true, w.dup, p.ln2_full);
+    backward_linear(L.gate, w.dln_full, false, w.dgate, p.ln2_full, true);
+    backward_linear(L.up, w.dln_full, true, w.dup, p.ln2_full, true);
+    if (keep) keep->dgate.copy_from(w.dgate);
   }
+  if (keep) keep->dup.copy_from(w.dup);
   reduce_dln(fmt::format("layer {} ln_2 (bwd)", l));
   norm_backward(c, s, L.norm2, w.dresidual, w.dln, p.mid, p.ln2_mean, p.ln2_rstd);
 
@@ -763,7 +847,8 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l) {
   // Selective recompute: the attention core again from the kept q, k, v.
   if (recompute_ == Recompute::kSelective) attention_forward(p.att, p.lse, p.q, p.k, p.v);
   Tensor datt = w.datt.view({N, Q});
-  linear_backward(s, L.out, datt, false, w.dy_full, p.att.view({N, Q}), false);
+  backward_linear(L.out, datt, false, w.dy_full, p.att.view({N, Q}), false);
+  if (keep) keep->dy_attn.copy_from(w.dy_full);
   w.dq.zero_();
   w.dk.zero_();
   w.dv.zero_();
@@ -780,11 +865,17 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l) {
   Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = w.dv.view({N, K});
   if (L.qkv.size() == 1) {
     concat_last_dim(w.dqkv, {&dq2, &dk2, &dv2});
-    linear_backward(s, L.qkv[0], w.dln_full, false, w.dqkv, p.ln1_full);
+    backward_linear(L.qkv[0], w.dln_full, false, w.dqkv, p.ln1_full, true);
   } else {
-    linear_backward(s, L.qkv[0], w.dln_full, false, dq2, p.ln1_full);
-    linear_backward(s, L.qkv[1], w.dln_full, true, dk2, p.ln1_full);
-    linear_backward(s, L.qkv[2], w.dln_full, true, dv2, p.ln1_full);
+    backward_linear(L.qkv[0], w.dln_full, false, dq2, p.ln1_full, true);
+    backward_linear(L.qkv[1], w.dln_full, true, dk2, p.ln1_full, true);
+    backward_linear(L.qkv[2], w.dln_full, true, dv2, p.ln1_full, true);
+  }
+  if (keep && L.qkv.size() == 1) keep->dqkv.copy_from(w.dqkv);
+  if (keep && L.qkv.size() == 3) {
+    keep->dq.copy_from(dq2);
+    keep->dk.copy_from(dk2);
+    keep->dv.copy_from(dv2);
   }
   reduce_dln(fmt::format("layer {} ln_1 (bwd)", l));
   norm_backward(c, s, L.norm1, w.dresidual, w.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);

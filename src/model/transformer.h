@@ -82,7 +82,10 @@ class Transformer {
   // Backward of the same (chunk, slot): the head chunk starts from the loss (scaled), the others
   // from chunk_output_grad(chunk, slot); a chunk without the embedding leaves the gradient of its
   // input in chunk_input_grad(chunk, slot).
-  void backward_chunk(int chunk, int slot, float loss_scale);
+  // defer_weights (zero-bubble schedules): only the input gradients now; the layers' weight
+  // gradients later, in backward_weight_chunk() of the same (chunk, slot).
+  void backward_chunk(int chunk, int slot, float loss_scale, bool defer_weights = false);
+  void backward_weight_chunk(int chunk, int slot);
   // (R, C) f32 buffers of a slot, R = this rank's token rows: where a received activation or
   // gradient goes and where the one to send is. Valid after the slot's first use with (B, T).
   Tensor& chunk_input(int chunk, int slot, int64_t B, int64_t T);
@@ -119,7 +122,8 @@ class Transformer {
   Activations& slot_activations(int slot, int64_t B, int64_t T);
   Scratch& scratch(int64_t B, int64_t T);
   void layer_forward(Activations& a, Scratch& w, int64_t l);
-  void layer_backward(Activations& a, Scratch& w, int64_t l);
+  void layer_backward(Activations& a, Scratch& w, int64_t l, bool defer_weights);
+  void layer_backward_weights(Activations& a, int64_t l);
   void report_grads_ready(std::initializer_list<int> params) const;
   void report_layer_grads_ready(const Layer& layer) const;
   // Learned positions added to (or their gradient taken from) this rank's token rows.

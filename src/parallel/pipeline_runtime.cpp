@@ -1,5 +1,7 @@
 #include "parallel/pipeline_runtime.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -13,6 +15,15 @@ constexpr uint32_t kActivationTag = 0x51;
 constexpr uint32_t kGradientTag = 0x52;
 
 }  // namespace
+
+int activation_slots(const std::vector<Instruction>& program) {
+  int live = 0, peak = 0;
+  for (const Instruction& in : program) {
+    if (in.op == Op::kForward) peak = std::max(peak, ++live);
+    if (in.op == Op::kBackward || in.op == Op::kBackwardWeight) --live;
+  }
+  return std::max(peak, 1);
+}
 
 PipelineRuntime::PipelineRuntime(Communicator& pp, Arena& arena) : pp_(pp), arena_(arena) {}
 
@@ -43,12 +54,11 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
         timed(stats.compute_seconds, [&] { stage.backward(in.micro_batch, in.chunk); });
         break;
       case Op::kBackwardInput:
+        timed(stats.compute_seconds, [&] { stage.backward_input(in.micro_batch, in.chunk); });
+        break;
       case Op::kBackwardWeight:
-        LATTICE_THROW(ConfigError,
-                      "schedule '{}' splits backward into input and weight parts, which this "
-                      "runtime does not execute yet ---> HINT: use gpipe, 1f1b or "
-                      "interleaved-1f1b",
-                      describe(in));
+        timed(stats.compute_seconds, [&] { stage.backward_weight(in.micro_batch, in.chunk); });
+        break;
       case Op::kSendActivation:
       case Op::kSendGrad: {
         const bool activation = in.op == Op::kSendActivation;

@@ -24,6 +24,9 @@ class PipelineStage {
   virtual ~PipelineStage() = default;
   virtual void forward(int micro_batch, int chunk) = 0;
   virtual void backward(int micro_batch, int chunk) = 0;
+  // Zero-bubble schedules: the backward in two parts, input gradients then weight gradients.
+  virtual void backward_input(int micro_batch, int chunk) = 0;
+  virtual void backward_weight(int micro_batch, int chunk) = 0;
   virtual const Tensor& output(int micro_batch, int chunk) = 0;      // activation to send
   virtual Tensor& input(int micro_batch, int chunk) = 0;             // where one arrives
   virtual const Tensor& input_grad(int micro_batch, int chunk) = 0;  // gradient to send
@@ -41,6 +44,10 @@ struct PipelineStepStats {
     return step_seconds > 0 ? 1.0 - compute_seconds / step_seconds : 0.0;
   }
 };
+
+// Activation slots a stage needs for `program`: the most micro-batch chunks alive at once, from
+// their forward until their backward (or its weight part, which still reads the activations).
+int activation_slots(const std::vector<Instruction>& program);
 
 class PipelineRuntime {
  public:

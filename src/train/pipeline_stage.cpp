@@ -67,6 +67,15 @@ void ModelPipelineStage::backward(int mb, int chunk) {
   occupant_[size_t(chunk)][size_t(mb % slots_)] = -1;
 }
 
+void ModelPipelineStage::backward_input(int mb, int chunk) {
+  model_.backward_chunk(chunk, slot(mb, chunk, false), loss_scale_, /*defer_weights=*/true);
+}
+
+void ModelPipelineStage::backward_weight(int mb, int chunk) {
+  model_.backward_weight_chunk(chunk, slot(mb, chunk, false));
+  occupant_[size_t(chunk)][size_t(mb % slots_)] = -1;
+}
+
 const Tensor& ModelPipelineStage::output(int mb, int chunk) {
   return model_.chunk_output(chunk, slot(mb, chunk, false));
 }

@@ -21,7 +21,7 @@ StagePartition partition_model(const ModelConfig& config, int stages, int virtua
 ModelPart stage_part(const StagePartition& partition, int stages, int stage);
 
 // Runs chunks of the stage's Transformer for the runtime. Micro-batch mb uses activation slot
-// mb % slots; the schedule's peak in-flight count bounds how many are live at once (checked).
+// mb % slots; activation_slots() of the stage's program bounds how many are live (checked).
 class ModelPipelineStage : public PipelineStage {
  public:
   ModelPipelineStage(Transformer& model, const std::vector<TokenBatch>& batches, int slots,
@@ -29,6 +29,8 @@ class ModelPipelineStage : public PipelineStage {
 
   void forward(int micro_batch, int chunk) override;
   void backward(int micro_batch, int chunk) override;
+  void backward_input(int micro_batch, int chunk) override;
+  void backward_weight(int micro_batch, int chunk) override;
   const Tensor& output(int micro_batch, int chunk) override;
   Tensor& input(int micro_batch, int chunk) override;
   const Tensor& input_grad(int micro_batch, int chunk) override;

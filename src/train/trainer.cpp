@@ -81,7 +81,7 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
                       (!part.has_embedding() && !part.has_head()),
                   "pipeline stage {} holds the tied token table but has no embedding group",
                   pp_rank_);
-    pipeline_slots_ = std::max(1, peak_in_flight(pipeline_schedule_)[size_t(pp_rank_)]);
+    pipeline_slots_ = activation_slots(pipeline_schedule_.per_rank[size_t(pp_rank_)]);
   }
   // Ranks × threads never exceed the cores (DESIGN.md invariant 7).
   const int ranks = dp_size_ * tp_size_ * pp_size_;

@@ -1,7 +1,8 @@
-// Pipeline parallelism against the single-rank run (DESIGN.md invariant 1): every schedule the
-// runtime executes, with one and two chunks per stage, on 2 and 4 stages, and the full 3D mesh
-// dp2·tp2·pp2 with ZeRO-1: the per-step loss of ten steps within 1e-5 relative of the single
-// rank's; the same layout twice bitwise identical.
+// Pipeline parallelism against the single-rank run (DESIGN.md invariant 1): every schedule
+// (gpipe, 1f1b, interleaved-1f1b with two chunks per stage, zb-h1 with split backward) on 2 and
+// 4 stages, with and without activation recompute, and the full 3D mesh dp2·tp2·pp2 with
+// ZeRO-1: the per-step loss of ten steps (and the validation loss) within 1e-5 relative of the
+// single rank's; the same layout twice bitwise identical.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -164,6 +165,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
                       Case{"llama-tiny", 2, ScheduleKind::kOneFOneB, 1},
                       Case{"llama-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
+                      Case{"gpt2-tiny", 2, ScheduleKind::kZeroBubbleH1, 1},
+                      Case{"gpt2-tiny", 4, ScheduleKind::kZeroBubbleH1, 1},
+                      Case{"llama-tiny", 4, ScheduleKind::kZeroBubbleH1, 1},
                       Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kSelective},
                       Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kFull},
                       Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2, Recompute::kFull},
