@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "trace/event_recorder.h"
 
 namespace lattice {
 
@@ -40,24 +41,32 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
   PipelineStepStats stats;
   Stopwatch step;
   std::vector<Communicator::SendHandle> sends;
-  auto timed = [](double& total, auto&& fn) {
+  EventRecorder* recorder = current_event_recorder();  // null: no trace
+  // Runs fn, adds its time to `total` and records it as one trace event of the instruction.
+  auto timed = [&](double& total, TraceCategory category, const Instruction& in, auto&& fn) {
     Stopwatch watch;
+    TraceScope scope(recorder, op_name(in.op), category,
+                     {{"micro_batch", in.micro_batch}, {"chunk", in.chunk}});
     fn();
     total += watch.seconds();
   };
   for (const Instruction& in : program) {
     switch (in.op) {
       case Op::kForward:
-        timed(stats.compute_seconds, [&] { stage.forward(in.micro_batch, in.chunk); });
+        timed(stats.compute_seconds, TraceCategory::kCompute, in,
+              [&] { stage.forward(in.micro_batch, in.chunk); });
         break;
       case Op::kBackward:
-        timed(stats.compute_seconds, [&] { stage.backward(in.micro_batch, in.chunk); });
+        timed(stats.compute_seconds, TraceCategory::kCompute, in,
+              [&] { stage.backward(in.micro_batch, in.chunk); });
         break;
       case Op::kBackwardInput:
-        timed(stats.compute_seconds, [&] { stage.backward_input(in.micro_batch, in.chunk); });
+        timed(stats.compute_seconds, TraceCategory::kCompute, in,
+              [&] { stage.backward_input(in.micro_batch, in.chunk); });
         break;
       case Op::kBackwardWeight:
-        timed(stats.compute_seconds, [&] { stage.backward_weight(in.micro_batch, in.chunk); });
+        timed(stats.compute_seconds, TraceCategory::kCompute, in,
+              [&] { stage.backward_weight(in.micro_batch, in.chunk); });
         break;
       case Op::kSendActivation:
       case Op::kSendGrad: {
@@ -66,6 +75,12 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
                                           : stage.input_grad(in.micro_batch, in.chunk);
         Tensor& buffer = staging(activation ? 0 : 1, in, source);
         buffer.copy_from(source);
+        if (recorder != nullptr) {
+          const int64_t now = recorder->now_ns();
+          recorder->record(
+              op_name(in.op), TraceCategory::kSend, now, now,
+              {{"micro_batch", in.micro_batch}, {"chunk", in.chunk}, {"bytes", buffer.nbytes()}});
+        }
         sends.push_back(pp_.send_async(buffer, in.peer_stage,
                                        {.tag = activation ? kActivationTag : kGradientTag}));
         ++stats.transfers;
@@ -77,7 +92,8 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
         const bool activation = in.op == Op::kRecvActivation;
         Tensor& target = activation ? stage.input(in.micro_batch, in.chunk)
                                     : stage.output_grad(in.micro_batch, in.chunk);
-        timed(stats.wait_seconds, [&] {
+        // A receive is the stage waiting on its neighbour: the pipeline bubble.
+        timed(stats.wait_seconds, TraceCategory::kIdle, in, [&] {
           pp_.recv(target, in.peer_stage, {.tag = activation ? kActivationTag : kGradientTag});
         });
         ++stats.transfers;
@@ -88,9 +104,12 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
         break;  // the caller's, after the pipeline has drained
     }
   }
-  timed(stats.wait_seconds, [&] {
+  {
+    Stopwatch watch;
+    TraceScope scope(recorder, "wait for sends", TraceCategory::kIdle);
     for (Communicator::SendHandle& send : sends) send.wait();
-  });
+    stats.wait_seconds += watch.seconds();
+  }
   stats.step_seconds = step.seconds();
   return stats;
 }

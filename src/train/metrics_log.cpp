@@ -16,6 +16,7 @@ std::string format_progress(const StepMetrics& m, int64_t total_steps, double pe
       m.step, width, total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms,
       100.0 * m.model_flops_per_s / peak_flops);
   if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+  if (m.bubble_fraction) line += fmt::format(" | bubble {:.1f}%", 100.0 * *m.bubble_fraction);
   return line;
 }
 
@@ -34,6 +35,7 @@ void MetricsLog::write(const StepMetrics& m, double peak_flops) {
                       {"ms", m.ms},
                       {"mfu", m.model_flops_per_s / peak_flops}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.bubble_fraction) j["bubble_fraction"] = *m.bubble_fraction;
   out_ << j.dump() << '\n';
   out_.flush();
 }

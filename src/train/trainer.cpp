@@ -8,6 +8,7 @@
 #include "parallel/rank_sum.h"
 #include "parallel/replica_check.h"
 #include "parallel/zero_shards.h"
+#include "trace/event_recorder.h"
 #include "train/grad_norm.h"
 #include "train/pipeline_stage.h"
 
@@ -238,6 +239,8 @@ double Trainer::run_pipeline(double global_tokens) {
 
 StepMetrics Trainer::train_step() {
   Stopwatch watch;
+  TraceScope step_scope(current_event_recorder(), "step", TraceCategory::kStep,
+                        {{"step", step_ + 1}});
   ParameterStore& params = model_->parameters();
 
   // ---- training section: batch, forward, backward and reduce, clip, schedule, update ----
@@ -250,6 +253,7 @@ StepMetrics Trainer::train_step() {
   if (reducer_ != nullptr) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
+  TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
   const double grad_norm = global_grad_norm();
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
@@ -260,6 +264,7 @@ StepMetrics Trainer::train_step() {
   }
   ++step_;
   if (parallel_.check_replicas && dp_size_ > 1) check_replicas_now();
+  update_scope.finish();
   // ---- end of training section ----
 
   StepMetrics m;
@@ -270,6 +275,7 @@ StepMetrics Trainer::train_step() {
   m.ms = watch.milliseconds();
   m.tokens_per_s = global_tokens / (m.ms / 1e3);
   m.model_flops_per_s = m.tokens_per_s * flops_per_token();
+  if (pp_size_ > 1) m.bubble_fraction = pipeline_stats_.bubble_fraction();
   return m;
 }
 

@@ -33,6 +33,8 @@ struct StepMetrics {
   double tokens_per_s = 0.0;
   double model_flops_per_s = 0.0;
   std::optional<double> val_loss;
+  // Pipeline runs: this stage's share of the step not spent computing (its bubble and waits).
+  std::optional<double> bubble_fraction;
 };
 
 // The parallel layout of one rank: its data-parallel group (docs/data-parallel.md) and its

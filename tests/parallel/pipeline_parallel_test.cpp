@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "../train/test_corpus.h"
 #include "comm/thread_world.h"
 #include "parallel/device_mesh.h"
+#include "trace/chrome_trace.h"
+#include "trace/event_recorder.h"
 #include "train/trainer.h"
 
 namespace lattice {
@@ -200,6 +203,47 @@ TEST(PipelineParallel, RecomputeIsBitwiseTheRunWithoutItUnderTensorParallelism) 
               0)
         << recompute_name(r);
   }
+}
+
+// --trace: the runtime records every compute instruction, every receive (as idle: the bubble)
+// and every send of the schedule on the rank's recorder, and the trace file holds them.
+TEST(PipelineParallel, TraceRecordsEveryInstructionOfTheSchedule) {
+  auto dir = testing::make_corpus_dir("pp_trace");
+  const TrainConfig config = pipeline_config("gpt2-tiny", dir);
+  const auto trace_dir = dir / "trace";
+  const auto origin = TraceClock::now();
+  run_ranks(2, [&](Communicator& comm) {
+    EventRecorder recorder(comm.rank(), origin);
+    ScopedCurrentRecorder current(&recorder);
+    DeviceMesh mesh(comm, {2, 1, 1});
+    Arena arena(fmt::format("rank{}", comm.rank()));
+    Trainer trainer(config, arena,
+                    {.threads = 1,
+                     .pp = &mesh.pp(),
+                     .embedding = mesh.embedding(),
+                     .schedule = ScheduleKind::kZeroBubbleH1});
+    StepMetrics m = trainer.train_step();
+    ASSERT_TRUE(m.bubble_fraction.has_value());
+    EXPECT_GT(*m.bubble_fraction, 0.0);
+    EXPECT_LT(*m.bubble_fraction, 1.0);
+    const auto& program = trainer.pipeline_schedule().per_rank[size_t(comm.rank())];
+    std::map<std::string, int> expected;
+    for (const Instruction& in : program) {
+      if (in.op != Op::kReduceGrads && in.op != Op::kOptimizerStep)
+        ++expected[std::string(op_name(in.op))];
+    }
+    const auto path = write_chrome_trace_to_dir(trace_dir, recorder);
+    const RankTrace trace = read_chrome_trace(path);
+    EXPECT_EQ(trace.rank, comm.rank());
+    std::map<std::string, int> recorded;
+    int steps = 0;
+    for (const TraceEvent& e : trace.events) {
+      if (e.category == TraceCategory::kStep) ++steps;
+      if (expected.count(e.name)) ++recorded[e.name];
+    }
+    EXPECT_EQ(recorded, expected) << "rank " << comm.rank();
+    EXPECT_EQ(steps, 1);
+  });
 }
 
 TEST(PipelineParallel, SameLayoutTwiceIsBitwiseIdentical) {
