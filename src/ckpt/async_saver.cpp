@@ -40,7 +40,7 @@ void AsyncCheckpointSaver::allocate_snapshot(const std::vector<OwnedShard>& shar
   snapshot_.clear();
   for (const OwnedShard& s : shards) {
     snapshot_.push_back(
-        {s.name, s.global_shape, s.begin, s.end,
+        {s.name, s.global_shape, s.box,
          Tensor::empty(arena_, s.data.shape(), s.data.dtype(), MemoryCategory::kOther)});
   }
 }
@@ -62,8 +62,7 @@ void AsyncCheckpointSaver::save(Manifest manifest, const std::vector<OwnedShard>
     OwnedShard& copy = snapshot_[i];
     copy.name = s.name;
     copy.global_shape = s.global_shape;
-    copy.begin = s.begin;
-    copy.end = s.end;
+    copy.box = s.box;
     copy.data.copy_from(s.data);
   }
   fs::create_directories(root_.path());

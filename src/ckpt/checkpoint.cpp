@@ -1,9 +1,12 @@
 #include "ckpt/checkpoint.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/collective_save.h"
 #include "ckpt/crc32c.h"
+#include "ckpt/flat_range.h"
 #include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
@@ -92,6 +95,8 @@ CheckpointInfo info_from_state(const nlohmann::json& state, const fs::path& file
 
 std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer) {
   expect_whole_store_moments(optimizer, "model_optimizer_shards");
+  expect_unsharded_model(model.registry(), "model_optimizer_shards",
+                         "write training_shards on every rank (save_trainer_checkpoint)");
   ParameterStore& store = model.parameters();
   const auto& specs = model.registry().specs();
   std::vector<OwnedShard> shards;
@@ -105,12 +110,28 @@ std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimi
   return shards;
 }
 
+std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, int dp_rank,
+                                        Arena& scratch) {
+  ParameterStore& store = model.parameters();
+  const ParameterRegistry& registry = model.registry();
+  // A sharded optimizer's range is this dp rank's to write (ZeRO-1: every range has exactly one
+  // owner); replicas of an unsharded one hold the same numbers, so dp rank 0 writes for all.
+  const int64_t begin = optimizer.shard_begin();
+  const int64_t end = optimizer.sharded() || dp_rank == 0 ? optimizer.shard_end() : begin;
+  auto moments = [&](Tensor& flat) {
+    return flat.view(Shape{flat.numel()}).slice_rows(0, end - begin);
+  };
+  const bool with_replicated = registry.tensor_parallel().rank == 0;
+  return flat_range_shards(registry, store.master(), moments(optimizer.m()), moments(optimizer.v()),
+                           begin, end, &scratch, with_replicated);
+}
+
 Manifest training_manifest(const TrainConfig& config, const Transformer& model,
-                           const TrainingState& state) {
+                           const TrainingState& state, const CheckpointLayout& layout) {
   Manifest manifest;
   manifest.step = state.step;
   manifest.config_hash = fmt::format("{:08x}", crc32c(model_config_to_json(model.config()).dump()));
-  manifest.layout = CheckpointLayout{};
+  manifest.layout = layout;
   manifest.state = state_json(config, model, state);
   return manifest;
 }
@@ -139,19 +160,111 @@ TrainingState training_state_from_manifest(const Manifest& manifest) {
 }
 
 TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, AdamW& optimizer) {
-  expect_whole_store_moments(optimizer, "load_training_checkpoint");
   CheckpointReader reader(dir);
   ParameterStore& store = model.parameters();
-  const auto& specs = model.registry().specs();
+  const ParameterRegistry& registry = model.registry();
+  const auto& specs = registry.specs();
   for (int i = 0; i < int(specs.size()); ++i) {
     const ParameterSpec& spec = specs[size_t(i)];
-    reader.read_global(spec.name, store.master(i));
-    reader.read_global(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
-    reader.read_global(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
+    reader.read_local(spec.name, spec.shard, store.master(i));
+  }
+  // The moments of the optimizer's range (the whole store unless ZeRO shards it).
+  const int64_t begin = optimizer.shard_begin(), end = optimizer.shard_end();
+  auto range_of = [&](Tensor& flat, int64_t lo, int64_t hi) {
+    return flat.view(Shape{flat.numel()}).slice_rows(lo - begin, hi - begin);
+  };
+  for (const ParameterSpec& spec : specs) {
+    const int64_t lo = std::max(begin, spec.offset);
+    const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
+    if (lo >= hi) continue;
+    const int64_t a = lo - spec.offset, b = hi - spec.offset;
+    reader.read_local_elements(exp_avg_name(spec.name), spec.shard, a, b,
+                               range_of(optimizer.m(), lo, hi));
+    reader.read_local_elements(exp_avg_sq_name(spec.name), spec.shard, a, b,
+                               range_of(optimizer.v(), lo, hi));
   }
   store.refresh_compute_copy();
   TrainingState state = training_state_from_manifest(reader.manifest());
   optimizer.set_steps_taken(state.step);
+  return state;
+}
+
+TrainingState trainer_state(const Trainer& trainer) {
+  return TrainingState{.step = trainer.step(),
+                       .lr_step = trainer.step(),
+                       .data = trainer.data_position(),
+                       .seed = trainer.config().seed};
+}
+
+CheckpointLayout trainer_layout(const Trainer& trainer) {
+  return CheckpointLayout{.dp = trainer.dp_size(),
+                          .tp = trainer.tp_size(),
+                          .pp = 1,
+                          .v = 1,
+                          .zero = trainer.parallel().zero};
+}
+
+namespace {
+
+// Calls save(manifest, shards, world) with what this rank of the trainer owns; `world` is
+// nullptr on a single rank.
+template <class Save>
+void save_trainer_shards(Trainer& trainer, Communicator* world, Save save) {
+  Arena scratch("ckpt-save");
+  const TrainingState state = trainer_state(trainer);
+  Manifest manifest =
+      training_manifest(trainer.config(), trainer.model(), state, trainer_layout(trainer));
+  std::vector<OwnedShard> shards =
+      training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), scratch);
+  const int ranks = trainer.dp_size() * trainer.tp_size();
+  const int world_size = world == nullptr ? 1 : world->size();
+  if (world_size != ranks) {
+    LATTICE_THROW(ConfigError,
+                  "saving a checkpoint: the world group has {} rank(s), the trainer's layout dp {} "
+                  "× tp {} has {} ---> HINT: pass the group of every rank of the run",
+                  world_size, trainer.dp_size(), trainer.tp_size(), ranks);
+  }
+  save(std::move(manifest), shards, world_size == 1 ? nullptr : world);
+}
+
+}  // namespace
+
+fs::path save_trainer_checkpoint(const fs::path& root, Trainer& trainer, Communicator* world,
+                                 const CommitOptions& options) {
+  fs::path dir;
+  save_trainer_shards(
+      trainer, world,
+      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
+        if (group == nullptr) {
+          fs::create_directories(root);
+          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, options);
+        } else {
+          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, *group,
+                                        options);
+        }
+      });
+  return dir;
+}
+
+void save_trainer_checkpoint_dir(const fs::path& dir, Trainer& trainer, Communicator* world) {
+  save_trainer_shards(
+      trainer, world,
+      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
+        if (group != nullptr) {
+          save_sharded_checkpoint_dir(dir, std::move(manifest), shards, *group);
+          return;
+        }
+        const fs::path staging = dir.string() + ".tmp";
+        fs::remove_all(staging);
+        fs::create_directories(staging);
+        std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
+        commit_checkpoint_dir(staging, dir, std::move(manifest), results);
+      });
+}
+
+TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer) {
+  TrainingState state = load_training_checkpoint(dir, trainer.model(), trainer.optimizer());
+  trainer.set_step(state.step);
   return state;
 }
 

@@ -20,6 +20,7 @@
 #include "model/transformer.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace lattice {
 
@@ -44,12 +45,20 @@ struct TrainingState {
 };
 
 // The shards a single rank owning everything writes: every parameter's master weights and both
-// moments, whole. ValueError for a ZeRO-sharded optimizer (moments of a range only): such a
-// rank writes flat_range_shards (flat_range.h) of its range instead.
+// moments, whole. ValueError for a ZeRO-sharded optimizer (moments of a range only) or a
+// tensor-parallel model: those write training_shards.
 std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer);
-// A manifest header (step, config hash, layout {1,1,1,1,0}, state) for this run.
+// The shards one rank of a (tp × dp, ZeRO-0/1) run writes, so that every element is written
+// exactly once: with a ZeRO-sharded optimizer the master weights and moments of its optimizer
+// range (the owning dp rank); otherwise everything on dp rank 0 and nothing on other replicas.
+// Parameters replicated over tp come from tp rank 0 only; a tp shard is one box per ShardSpec
+// piece (padding never saved). Pieces not contiguous in the store (c_attn's q|k|v columns) are
+// copied into `scratch`; the others borrow the store.
+std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, int dp_rank,
+                                        Arena& scratch);
+// A manifest header (step, config hash, layout, state) for this run.
 Manifest training_manifest(const TrainConfig& config, const Transformer& model,
-                           const TrainingState& state);
+                           const TrainingState& state, const CheckpointLayout& layout = {});
 
 // Writes <root>/step_N by the full commit protocol (shard_writer.h): updates `latest`,
 // prunes beyond options.keep_last.
@@ -58,11 +67,31 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
                                                AdamW& optimizer, const TrainingState& state,
                                                const CommitOptions& options = {});
 // Verifies the checkpoint, loads master weights and moments into `model` and `optimizer`
-// (shapes and dtypes must match: errors list both) and returns the training state. The
-// optimizer must hold whole-store moments (a ZeRO rank reads its range with read_flat_range).
+// (shapes and dtypes must match: errors list both) and returns the training state. Any layout
+// loads any other: each rank reads its local shard of every parameter (all of it, also under
+// ZeRO, whose master weights are replicated) and the moments of its optimizer range, from
+// every saved box only the part it needs.
 TrainingState load_training_checkpoint(const std::filesystem::path& dir, Transformer& model,
                                        AdamW& optimizer);
 TrainingState training_state_from_manifest(const Manifest& manifest);
+
+// A trainer's position: step, LR step, data position and seed.
+TrainingState trainer_state(const Trainer& trainer);
+// The layout a trainer runs with ({dp, tp, 1, 1, zero}).
+CheckpointLayout trainer_layout(const Trainer& trainer);
+// Saves <root>/step_N of a running trainer. `world`: every rank of the run (the tp × dp mesh's
+// world group), each calling this at the same step; nullptr for a single rank. Each rank writes
+// training_shards into rank_<world rank>.safetensors; world rank 0 commits (collective_save.h).
+// Returns the committed directory on every rank.
+std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, Trainer& trainer,
+                                              Communicator* world,
+                                              const CommitOptions& options = {});
+// The same into directory `dir` itself (like save_checkpoint: a run's "final"), on every rank.
+void save_trainer_checkpoint_dir(const std::filesystem::path& dir, Trainer& trainer,
+                                 Communicator* world);
+// load_training_checkpoint into the trainer's model and optimizer, then trainer.set_step.
+// Every rank calls it (no collective: each reads what it holds).
+TrainingState load_trainer_checkpoint(const std::filesystem::path& dir, Trainer& trainer);
 
 // Writes the sharded format into `dir` itself (staged in "<dir>.tmp", committed with a
 // manifest; an existing `dir` is replaced only once the new one is complete).

@@ -91,7 +91,6 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
   const ModelConfig& config = model.config();
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
-  expect_unsharded_model(registry, "Hugging Face weights");
 
   std::set<std::string> loaded;
   std::vector<std::string> unexpected, skipped;
@@ -137,8 +136,23 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
       LATTICE_THROW(IoError, "{}: tensor '{}' has dtype I32, expected F32, BF16 or F16",
                     file.string(), t.name);
     }
-    // BF16 and F16 widen to the fp32 master weights exactly: no information is lost.
-    reader.read(t.name, store.master(index), DTypePolicy::kConvert);
+    // BF16 and F16 widen to the fp32 master weights exactly: no information is lost. A
+    // tensor-parallel rank reads the whole tensor and keeps its shard.
+    if (registry.tensor_parallel().size == 1 || spec.shard.replicated()) {
+      reader.read(t.name, store.master(index), DTypePolicy::kConvert);
+    } else {
+      Arena scratch("import");
+      Tensor whole = Tensor::empty(scratch, spec.shape, DType::kF32, MemoryCategory::kOther);
+      reader.read(t.name, whole, DTypePolicy::kConvert);
+      Tensor local = store.master(index);
+      local.zero_();  // vocabulary padding stays zero
+      const BoxPlacement from = contiguous_placement(
+          ShardBox::whole(spec.shape), static_cast<std::byte*>(whole.raw_data()), DType::kF32);
+      for (const BoxPlacement& to :
+           local_placements(spec.shape, spec.shard, local, 0, local.numel())) {
+        copy_overlap(from, to);
+      }
+    }
     loaded.insert(name);
   }
   std::vector<std::string> missing;
@@ -162,7 +176,9 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
 }
 
 void export_hf(const fs::path& dir, Transformer& model) {
-  expect_unsharded_model(model.registry(), "a Hugging Face export");
+  expect_unsharded_model(model.registry(), "a Hugging Face export",
+                         "save a checkpoint (save_trainer_checkpoint) and export that: `lattice "
+                         "export CKPT` loads every shard into one tp-1 model");
   const ModelConfig& c = model.config();
   nlohmann::json config = hf_config(c);
   fs::create_directories(dir);

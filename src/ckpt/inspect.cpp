@@ -24,8 +24,10 @@ void describe_manifest(const fs::path& dir, const Manifest& m, std::string& out)
   for (const TensorRecord& t : m.tensors) {
     out += fmt::format("  {:<48} {:>4} {:<16} {} shard{}:", t.name, dtype_name(t.dtype),
                        t.shape.to_string(), t.shards.size(), t.shards.size() == 1 ? "" : "s");
+    // A box per dimension "[0:64, 32:48]"; a flat range of the flattened tensor "flat[0:4160]".
     for (const ShardRecord& s : t.shards) {
-      out += fmt::format(" {}[{}, {})", s.file, s.begin, s.end);
+      out += fmt::format(" {}{}{}", s.file, s.box.is_flat_range_of(t.shape) ? " flat" : "",
+                         s.box.to_string());
     }
     out += "\n";
   }

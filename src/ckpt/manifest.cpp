@@ -34,7 +34,8 @@ CheckpointLayout layout_from_json(const json& j) {
 json tensor_to_json(const TensorRecord& t) {
   json shards = json::array();
   for (const ShardRecord& s : t.shards) {
-    shards.push_back({{"file", s.file}, {"key", s.key}, {"begin", s.begin}, {"end", s.end}});
+    shards.push_back(
+        {{"file", s.file}, {"key", s.key}, {"offsets", s.box.offsets}, {"lengths", s.box.lengths}});
   }
   return {{"name", t.name},
           {"shape", t.shape.dims()},
@@ -42,14 +43,28 @@ json tensor_to_json(const TensorRecord& t) {
           {"shards", std::move(shards)}};
 }
 
-TensorRecord tensor_from_json(const json& j) {
+// Format 3 records a box; format 2 a flat range [begin, end).
+ShardBox shard_box_from_json(const json& s, int format_version) {
+  if (format_version == kFlatRangeCheckpointFormatVersion) {
+    return ShardBox::flat(s.at("begin").get<int64_t>(), s.at("end").get<int64_t>());
+  }
+  ShardBox box{s.at("offsets").get<std::vector<int64_t>>(),
+               s.at("lengths").get<std::vector<int64_t>>()};
+  if (box.offsets.size() != box.lengths.size() || box.offsets.empty()) {
+    LATTICE_THROW(ValueError, "shard '{}' has {} offsets and {} lengths",
+                  s.at("key").get<std::string>(), box.offsets.size(), box.lengths.size());
+  }
+  return box;
+}
+
+TensorRecord tensor_from_json(const json& j, int format_version) {
   TensorRecord t;
   t.name = j.at("name").get<std::string>();
   t.shape = Shape(j.at("shape").get<std::vector<int64_t>>());
   t.dtype = parse_dtype(j.at("dtype").get<std::string>());
   for (const json& s : j.at("shards")) {
     t.shards.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
-                        s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()});
+                        shard_box_from_json(s, format_version)});
   }
   return t;
 }
@@ -100,7 +115,9 @@ json rank_write_result_to_json(const RankWriteResult& result) {
 RankWriteResult rank_write_result_from_json(const json& j) {
   RankWriteResult r;
   r.file = file_from_json(j.at("file"));
-  for (const json& t : j.at("tensors")) r.tensors.push_back(tensor_from_json(t));
+  for (const json& t : j.at("tensors")) {
+    r.tensors.push_back(tensor_from_json(t, kShardedCheckpointFormatVersion));
+  }
   return r;
 }
 
@@ -126,7 +143,7 @@ void merge_rank_results(const std::vector<RankWriteResult>& results, Manifest& m
   manifest.files.clear();
   for (auto& [name, t] : tensors) {
     std::sort(t.shards.begin(), t.shards.end(),
-              [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
+              [](const ShardRecord& a, const ShardRecord& b) { return a.box < b.box; });
     manifest.tensors.push_back(std::move(t));
   }
   for (auto& [name, f] : files) manifest.files.push_back(f);
@@ -135,29 +152,50 @@ void merge_rank_results(const std::vector<RankWriteResult>& results, Manifest& m
 
 void check_manifest_coverage(const Manifest& manifest) {
   for (const TensorRecord& t : manifest.tensors) {
-    std::vector<ShardRecord> shards = t.shards;
-    std::sort(shards.begin(), shards.end(),
-              [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
-    int64_t next = 0;
-    for (const ShardRecord& s : shards) {
+    // Boxes inside the tensor, pairwise disjoint, whose sizes add up to it: an exact tiling.
+    struct Part {
+      ShardBox box;
+      const ShardRecord* shard;
+    };
+    std::vector<Part> parts;
+    int64_t covered = 0;
+    for (const ShardRecord& s : t.shards) {
       if (manifest.find_file(s.file) == nullptr) {
         LATTICE_THROW(ValueError,
                       "tensor '{}' has a shard in '{}', which the manifest does not list", t.name,
                       s.file);
       }
-      if (s.begin != next || s.end <= s.begin) {
-        LATTICE_THROW(ValueError,
-                      "tensor '{}' is not covered exactly once: elements [{}, {}) in '{}' follow "
-                      "element {} ({})",
-                      t.name, s.begin, s.end, s.file, next,
-                      s.begin < next ? "overlap" : (s.begin > next ? "gap" : "empty shard"));
+      const std::string what = fmt::format("tensor '{}' {}, shard '{}' in '{}'", t.name,
+                                           t.shape.to_string(), s.key, s.file);
+      if (s.box.numel() <= 0) {
+        LATTICE_THROW(ValueError, "{}: empty box {}", what, s.box.to_string());
       }
-      next = s.end;
+      for (ShardBox& box : as_tensor_boxes(s.box, t.shape, what)) {
+        parts.push_back({std::move(box), &s});
+      }
+      covered += s.box.numel();
     }
-    if (next != t.shape.numel()) {
+    std::sort(parts.begin(), parts.end(),
+              [](const Part& a, const Part& b) { return a.box < b.box; });
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t first_dim_end = parts[i].box.offsets[0] + parts[i].box.lengths[0];
+      for (size_t j = i + 1; j < parts.size(); ++j) {
+        if (parts[j].box.offsets[0] >= first_dim_end) break;  // sorted: none later overlaps
+        if (intersect(parts[i].box, parts[j].box)) {
+          LATTICE_THROW(ValueError,
+                        "tensor '{}' {} is not covered exactly once: shard {} ('{}' in '{}') and "
+                        "shard {} ('{}' in '{}') overlap",
+                        t.name, t.shape.to_string(), parts[i].shard->box.to_string(),
+                        parts[i].shard->key, parts[i].shard->file, parts[j].shard->box.to_string(),
+                        parts[j].shard->key, parts[j].shard->file);
+        }
+      }
+    }
+    if (covered != t.shape.numel()) {
       LATTICE_THROW(ValueError,
-                    "tensor '{}' {} is not covered exactly once: shards end at element {} of {}",
-                    t.name, t.shape.to_string(), next, t.shape.numel());
+                    "tensor '{}' {} is not covered exactly once: its shards hold {} of {} "
+                    "elements (a gap)",
+                    t.name, t.shape.to_string(), covered, t.shape.numel());
     }
   }
 }
@@ -195,15 +233,20 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
     }
     Manifest m;
     m.format_version = body.at("format_version").get<int>();
-    if (m.format_version != kShardedCheckpointFormatVersion) {
-      LATTICE_THROW(IoError, "checkpoint manifest '{}' has format version {}, this build reads {}",
-                    path.string(), m.format_version, kShardedCheckpointFormatVersion);
+    if (m.format_version != kShardedCheckpointFormatVersion &&
+        m.format_version != kFlatRangeCheckpointFormatVersion) {
+      LATTICE_THROW(IoError,
+                    "checkpoint manifest '{}' has format version {}, this build reads {} and {}",
+                    path.string(), m.format_version, kFlatRangeCheckpointFormatVersion,
+                    kShardedCheckpointFormatVersion);
     }
     m.step = body.at("step").get<int64_t>();
     m.config_hash = body.at("config_hash").get<std::string>();
     m.layout = layout_from_json(body.at("layout"));
     m.state = body.at("state");
-    for (const json& t : body.at("tensors")) m.tensors.push_back(tensor_from_json(t));
+    for (const json& t : body.at("tensors")) {
+      m.tensors.push_back(tensor_from_json(t, m.format_version));
+    }
     for (const json& f : body.at("files")) m.files.push_back(file_from_json(f));
     std::sort(m.tensors.begin(), m.tensors.end(),
               [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });

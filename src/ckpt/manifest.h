@@ -4,16 +4,19 @@
 //    "layout": {"dp": 1, "tp": 1, "pp": 1, "v": 1, "zero": 0},
 //    "state": {...},                               training state (checkpoint.h), free-form JSON
 //    "tensors": [{"name": "transformer.wte.weight", "shape": [65, 64], "dtype": "f32",
-//                 "shards": [{"file": "rank_00000.safetensors", "key": "transformer.wte.weight",
-//                             "begin": 0, "end": 4160}]}, ...],
+//                 "shards": [{"file": "rank_00000.safetensors",
+//                             "key": "transformer.wte.weight@0:33,0:64",
+//                             "offsets": [0, 0], "lengths": [33, 64]}, ...]}, ...],
 //    "files": [{"name": "rank_00000.safetensors", "size": 123456, "crc32c": 3817293741}, ...],
 //    "manifest_crc32c": 1234567}
 //
-// A shard is elements [begin, end) of the global tensor flattened row-major: a row range of a
-// tensor-parallel split is [row_begin·row, row_end·row), a ZeRO partition of the flat store is
-// whatever slice of each tensor it cuts, the whole tensor is [0, numel). Every tensor must be
-// covered exactly once. "manifest_crc32c" is the CRC32C of the compact dump of everything else
-// (nlohmann's dump sorts keys, so the text is a pure function of the contents).
+// Format 3: a shard is a box of the global tensor (shard_box.h): per dimension [offset,
+// offset + length), so a tensor-parallel shard of any dimension is one record per piece; one
+// [offset, length) on a tensor of higher rank is a flat range of the tensor flattened row-major
+// (a ZeRO partition of the flat store cuts those). Format 2 (still read) had flat ranges only,
+// as "begin"/"end". Every tensor must be covered exactly once. "manifest_crc32c" is the CRC32C
+// of the compact dump of everything else (nlohmann's dump sorts keys, so the text is a pure
+// function of the contents).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,12 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/shard_box.h"
 #include "core/dtype.h"
 #include "core/shape.h"
 
 namespace lattice {
 
-inline constexpr int kShardedCheckpointFormatVersion = 2;
+inline constexpr int kShardedCheckpointFormatVersion = 3;
+inline constexpr int kFlatRangeCheckpointFormatVersion = 2;  // read only
 inline constexpr const char* kManifestFileName = "manifest.json";
 
 // The parallel layout a checkpoint was written with. Loading never requires the same one: the
@@ -45,10 +50,9 @@ struct CheckpointLayout {
 };
 
 struct ShardRecord {
-  std::string file;   // file name inside the checkpoint directory
-  std::string key;    // tensor name inside that safetensors file
-  int64_t begin = 0;  // elements of the flattened global tensor, end exclusive
-  int64_t end = 0;
+  std::string file;  // file name inside the checkpoint directory
+  std::string key;   // tensor name inside that safetensors file (box.numel() elements)
+  ShardBox box;      // which part of the global tensor
 };
 
 struct TensorRecord {
@@ -92,7 +96,8 @@ RankWriteResult rank_write_result_from_json(const nlohmann::json& json);
 // once (ValueError naming the tensor, the gap or overlap, and the files involved).
 void merge_rank_results(const std::vector<RankWriteResult>& results, Manifest& manifest);
 
-// Every tensor's shards tile [0, numel) exactly and name a listed file; ValueError otherwise.
+// Every tensor's shards tile it exactly once (no gap, no overlap, none outside it) and name a
+// listed file; ValueError naming the tensor, the shards and files involved otherwise.
 void check_manifest_coverage(const Manifest& manifest);
 
 // The manifest's text with its own checksum appended.

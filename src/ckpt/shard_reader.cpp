@@ -69,12 +69,12 @@ void CheckpointReader::verify_file(const FileRecord& file, bool verify_checksum)
                       path.string(), s.key, t.name, hint);
       }
       const SafetensorsTensorInfo& info = reader->info(s.key);
-      if (info.dtype != t.dtype || info.shape.numel() != s.end - s.begin) {
+      if (info.dtype != t.dtype || info.shape.numel() != s.box.numel()) {
         LATTICE_THROW(IoError,
                       "checkpoint file '{}': shard '{}' of tensor '{}' is {} {}, the manifest "
                       "records {} with {} elements {}",
                       path.string(), s.key, t.name, dtype_name(info.dtype), info.shape.to_string(),
-                      dtype_name(t.dtype), s.end - s.begin, hint);
+                      dtype_name(t.dtype), s.box.numel(), hint);
       }
     }
   }
@@ -130,30 +130,82 @@ void CheckpointReader::read_global_elements(std::string_view name, int64_t begin
                   "destination {}",
                   dir_.string(), begin, end, t.name, t.shape.to_string(), out.describe());
   }
-  if (out.dtype() != t.dtype && policy == DTypePolicy::kExact) {
+  ShardSpec whole = replicated_shard();
+  fill(t, local_placements(t.shape, whole, out, begin, end), policy);
+}
+
+void CheckpointReader::read_local(std::string_view name, const ShardSpec& spec, const Tensor& out,
+                                  DTypePolicy policy) const {
+  const TensorRecord& t = tensor(name);
+  const Shape local = spec.local_shape(t.shape);
+  if (out.shape() != local) {
+    LATTICE_THROW(ShapeError,
+                  "checkpoint '{}': the shard ({}) of tensor '{}' {} is {}, the destination is {}",
+                  dir_.string(), spec.describe(), t.name, t.shape.to_string(), local.to_string(),
+                  out.describe());
+  }
+  read_local_elements(name, spec, 0, local.numel(), out.view(Shape{local.numel()}), policy);
+}
+
+void CheckpointReader::read_local_elements(std::string_view name, const ShardSpec& spec,
+                                           int64_t begin, int64_t end, const Tensor& out,
+                                           DTypePolicy policy) const {
+  const TensorRecord& t = tensor(name);
+  const Shape local = spec.local_shape(t.shape);
+  if (begin < 0 || end > local.numel() || begin > end || out.numel() != end - begin) {
+    LATTICE_THROW(ShapeError,
+                  "checkpoint '{}': elements [{}, {}) of the shard ({}, {}) of tensor '{}' {} do "
+                  "not fit the destination {}",
+                  dir_.string(), begin, end, spec.describe(), local.to_string(), t.name,
+                  t.shape.to_string(), out.describe());
+  }
+  if (spec.padding > 0) {  // padding is never saved
+    Tensor zeroed = out;
+    zeroed.zero_();
+  }
+  fill(t, local_placements(t.shape, spec, out, begin, end), policy);
+}
+
+void CheckpointReader::fill(const TensorRecord& t, const std::vector<BoxPlacement>& into,
+                            DTypePolicy policy) const {
+  if (into.empty()) return;
+  const DType out_dtype = into.front().dtype;
+  if (out_dtype != t.dtype && policy == DTypePolicy::kExact) {
     LATTICE_THROW(DTypeError,
                   "checkpoint '{}': tensor '{}' is stored as {}, the destination is {} ---> "
                   "HINT: ask for a conversion explicitly (DTypePolicy::kConvert) if that is meant",
-                  dir_.string(), t.name, dtype_name(t.dtype), dtype_name(out.dtype()));
+                  dir_.string(), t.name, dtype_name(t.dtype), dtype_name(out_dtype));
   }
-  auto* dst = static_cast<std::byte*>(out.raw_data());
-  const size_t out_size = dtype_size(out.dtype());
-  const size_t src_size = dtype_size(t.dtype);
-  // Shards are sorted by begin and tile the tensor: copy the overlap of each with [begin, end).
+  int64_t wanted = 0, copied = 0;
+  for (const BoxPlacement& to : into) wanted += to.box.numel();
+  const std::vector<int64_t> dims = box_dims(t.shape);
   for (const ShardRecord& s : t.shards) {
-    const int64_t lo = std::max(begin, s.begin), hi = std::min(end, s.end);
-    if (lo >= hi) continue;
+    // The mapped bytes are read-only; copy_overlap only reads its source.
     std::span<const std::byte> bytes = files_.find(s.file)->second->bytes(s.key);
-    const std::byte* src = bytes.data() + size_t(lo - s.begin) * src_size;
-    std::byte* to = dst + size_t(lo - begin) * out_size;
-    if (out.dtype() == t.dtype) {
-      std::copy_n(src, size_t(hi - lo) * src_size, to);
+    auto* base = const_cast<std::byte*>(bytes.data());
+    std::vector<BoxPlacement> from;
+    if (s.box.is_flat_range_of(t.shape)) {
+      // Each contiguous box of the range sits at its flat position in the shard's 1-D data.
+      ShardBox whole = ShardBox::whole(t.shape);
+      BoxPlacement flat = contiguous_placement(whole, nullptr, t.dtype);
+      for (ShardBox& box :
+           flat_range_boxes(t.shape, s.box.offsets[0], s.box.offsets[0] + s.box.lengths[0])) {
+        int64_t at = 0;
+        for (size_t d = 0; d < dims.size(); ++d) at += box.offsets[d] * flat.strides[d];
+        from.push_back(BoxPlacement{std::move(box), flat.strides,
+                                    base + size_t(at - s.box.offsets[0]) * dtype_size(t.dtype),
+                                    t.dtype});
+      }
     } else {
-      // The mapped bytes are read-only; copy_from only reads its source.
-      Tensor from = Tensor::borrow(const_cast<std::byte*>(src), Shape{hi - lo}, t.dtype);
-      Tensor::borrow(to, Shape{hi - lo}, out.dtype()).copy_from(from);
+      from.push_back(contiguous_placement(s.box, base, t.dtype));
+    }
+    for (const BoxPlacement& src : from) {
+      for (const BoxPlacement& dst : into) copied += copy_overlap(src, dst);
     }
   }
+  // The manifest was checked to tile every tensor exactly once, so this cannot fail unless
+  // that check is broken.
+  LATTICE_CHECK_EQ(copied, wanted);
 }
 
 std::optional<ResumeChoice> resume_auto(const fs::path& root, int max_fallbacks) {

@@ -13,6 +13,7 @@
 
 #include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/shard_box.h"
 #include "ckpt/shard_writer.h"
 
 namespace lattice {
@@ -41,9 +42,19 @@ class CheckpointReader {
   // Elements [begin, end) of the flattened tensor (a ZeRO partition): `out` has end - begin.
   void read_global_elements(std::string_view name, int64_t begin, int64_t end, const Tensor& out,
                             DTypePolicy policy = DTypePolicy::kExact) const;
+  // A rank's local tensor of a sharded parameter: `out` has spec.local_shape(global shape);
+  // from every saved shard only its intersection with the rank's pieces is read. Padding is
+  // zeroed. ShapeError when `out` has another shape.
+  void read_local(std::string_view name, const ShardSpec& spec, const Tensor& out,
+                  DTypePolicy policy = DTypePolicy::kExact) const;
+  // Elements [begin, end) of that local tensor flattened (a ZeRO range of a tp shard).
+  void read_local_elements(std::string_view name, const ShardSpec& spec, int64_t begin, int64_t end,
+                           const Tensor& out, DTypePolicy policy = DTypePolicy::kExact) const;
 
  private:
   void verify_file(const FileRecord& file, bool verify_checksum);
+  // Fills the placements (boxes of tensor `t` in the caller's memory) from the shards.
+  void fill(const TensorRecord& t, const std::vector<BoxPlacement>& into, DTypePolicy policy) const;
   std::string tensors_in(const std::string& file) const;  // "a, b, c (and 12 more)"
 
   std::filesystem::path dir_;

@@ -79,15 +79,41 @@ std::optional<int64_t> parse_step_name(const std::string& name) {
 
 OwnedShard OwnedShard::whole(std::string name, Tensor data) {
   Shape shape = data.shape();
-  return {std::move(name), shape, 0, shape.numel(), std::move(data)};
+  ShardBox box = ShardBox::whole(shape);
+  return {std::move(name), std::move(shape), std::move(box), std::move(data)};
 }
 
 OwnedShard OwnedShard::rows(std::string name, Shape global_shape, int64_t row_begin,
                             int64_t row_end, Tensor data) {
   LATTICE_CHECK(global_shape.rank() >= 1, "shard of '{}': a row range needs rank >= 1", name);
-  const int64_t row = global_shape[0] == 0 ? 0 : global_shape.numel() / global_shape[0];
-  return {std::move(name), std::move(global_shape), row_begin * row, row_end * row,
-          std::move(data)};
+  ShardBox box = ShardBox::whole(global_shape);
+  box.offsets[0] = row_begin;
+  box.lengths[0] = row_end - row_begin;
+  return {std::move(name), std::move(global_shape), std::move(box), std::move(data)};
+}
+
+OwnedShard OwnedShard::elements(std::string name, Shape global_shape, int64_t begin, int64_t end,
+                                Tensor data) {
+  return {std::move(name), std::move(global_shape), ShardBox::flat(begin, end), std::move(data)};
+}
+
+OwnedShard OwnedShard::from_local(std::string name, Shape global_shape, const BoxPlacement& where,
+                                  Arena* scratch) {
+  const Shape shape(where.box.lengths);
+  if (where.contiguous()) {
+    Tensor data = Tensor::borrow(where.base, shape, where.dtype);
+    return {std::move(name), std::move(global_shape), where.box, std::move(data)};
+  }
+  if (scratch == nullptr) {
+    LATTICE_THROW(ValueError,
+                  "shard {} of '{}' {} is not contiguous in the local tensor and no scratch arena "
+                  "was given to copy it ---> HINT: pass an Arena (training_shards does)",
+                  where.box.to_string(), name, global_shape.to_string());
+  }
+  Tensor data = Tensor::empty(*scratch, shape, where.dtype, MemoryCategory::kOther);
+  copy_overlap(where, contiguous_placement(where.box, static_cast<std::byte*>(data.raw_data()),
+                                           where.dtype));
+  return {std::move(name), std::move(global_shape), where.box, std::move(data)};
 }
 
 std::string rank_file_name(int rank) {
@@ -102,19 +128,34 @@ RankWriteResult write_rank_shards(const fs::path& staging, int rank,
   writer.add_metadata("format", "lattice-checkpoint-shard");
   writer.add_metadata("rank", std::to_string(rank));
   for (const OwnedShard& s : shards) {
-    if (s.begin < 0 || s.end > s.global_shape.numel() || s.begin > s.end ||
-        s.data.numel() != s.end - s.begin) {
+    const std::string what = fmt::format("shard of '{}' {}", s.name, s.global_shape.to_string());
+    as_tensor_boxes(s.box, s.global_shape, what);  // inside the tensor, or ValueError
+    if (s.data.numel() != s.box.numel()) {
       LATTICE_THROW(ValueError,
-                    "shard of '{}' {}: elements [{}, {}) with data {} do not fit ---> HINT: data "
-                    "must hold end - begin elements inside the global shape",
-                    s.name, s.global_shape.to_string(), s.begin, s.end, s.data.describe());
+                    "{}: box {} with data {} do not fit ---> HINT: data must hold the box's "
+                    "elements, contiguous",
+                    what, s.box.to_string(), s.data.describe());
     }
-    if (s.begin == s.end) continue;  // nothing to store; coverage of an empty tensor is trivial
-    const bool whole = s.begin == 0 && s.end == s.global_shape.numel();
-    std::string key = whole ? s.name : fmt::format("{}@{}:{}", s.name, s.begin, s.end);
-    writer.add(key, whole ? s.data.view(s.global_shape) : s.data.view(Shape{s.end - s.begin}));
+    if (s.box.numel() == 0) continue;  // nothing to store
+    std::string key;
+    Shape stored;
+    if (s.box.covers_whole(s.global_shape)) {
+      key = s.name;
+      stored = s.global_shape;
+    } else if (s.box.is_flat_range_of(s.global_shape)) {
+      key = fmt::format("{}@{}:{}", s.name, s.box.offsets[0], s.box.offsets[0] + s.box.lengths[0]);
+      stored = Shape{s.box.numel()};
+    } else {
+      key = s.name + "@";
+      for (int d = 0; d < s.box.rank(); ++d) {
+        key += fmt::format("{}{}:{}", d == 0 ? "" : ",", s.box.offsets[size_t(d)],
+                           s.box.offsets[size_t(d)] + s.box.lengths[size_t(d)]);
+      }
+      stored = Shape(s.box.lengths);
+    }
+    writer.add(key, s.data.view(stored));
     result.tensors.push_back(
-        {s.name, s.global_shape, s.data.dtype(), {{result.file.name, key, s.begin, s.end}}});
+        {s.name, s.global_shape, s.data.dtype(), {{result.file.name, key, s.box}}});
   }
   SafetensorsFileSummary summary = writer.write(staging / result.file.name);
   result.file.size = summary.size;

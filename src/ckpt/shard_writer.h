@@ -14,6 +14,7 @@
 // removed by the next save of that step) or a complete, verifiable step_N.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -22,32 +23,43 @@
 #include <vector>
 
 #include "ckpt/manifest.h"
+#include "ckpt/shard_box.h"
+#include "core/arena.h"
 #include "core/tensor.h"
 
 namespace lattice {
 
-// A piece of a global tensor that this rank owns: elements [begin, end) of `name` flattened
-// row-major, values in `data` (numel end - begin; the writer reads them, never keeps them).
-// A tensor replicated over dp or tp is passed by its owner only (e.g. dp rank 0).
+// A piece of a global tensor that this rank owns: box `box` of `name` (shard_box.h: per
+// dimension [offset, offset + length), or a flat range), values in `data`, contiguous row-major
+// (numel box.numel(); the writer reads them, never keeps them). A tensor replicated over dp or
+// tp is passed by its owner only (e.g. dp rank 0, tp rank 0).
 struct OwnedShard {
   std::string name;
   Shape global_shape;
-  int64_t begin = 0;
-  int64_t end = 0;
+  ShardBox box;
   Tensor data;
 
   static OwnedShard whole(std::string name, Tensor data);
-  // Rows [row_begin, row_end) along dimension 0 (a tensor-parallel split); data holds
-  // (row_end - row_begin, the global shape's other dimensions) elements.
+  // Rows [row_begin, row_end) along dimension 0; data holds (row_end - row_begin, the global
+  // shape's other dimensions) elements.
   static OwnedShard rows(std::string name, Shape global_shape, int64_t row_begin, int64_t row_end,
                          Tensor data);
+  // Elements [begin, end) of the global tensor flattened row-major (a ZeRO partition's cut).
+  static OwnedShard elements(std::string name, Shape global_shape, int64_t begin, int64_t end,
+                             Tensor data);
+  // The part of a local tensor that `where` places (local_placements). Borrows the local memory
+  // when the part is contiguous in it; otherwise copies it into `scratch` (ValueError naming the
+  // tensor when `scratch` is null).
+  static OwnedShard from_local(std::string name, Shape global_shape, const BoxPlacement& where,
+                               Arena* scratch);
 };
 
 std::string rank_file_name(int rank);  // "rank_00003.safetensors"
 
 // Phase 1: writes `shards` into <staging>/rank_NNNNN.safetensors (fsynced, renamed into place).
-// ValueError for a shard whose data does not hold end - begin elements or lies outside its
-// global shape.
+// A whole tensor is stored under its name and global shape, a box under "name@o0:e0,o1:e1" with
+// the box's shape, a flat range under "name@begin:end" as a 1-D tensor. ValueError for a shard
+// whose data does not hold box.numel() elements or whose box lies outside its global shape.
 RankWriteResult write_rank_shards(const std::filesystem::path& staging, int rank,
                                   const std::vector<OwnedShard>& shards);
 
@@ -64,6 +76,9 @@ std::string_view commit_stage_name(CommitStage stage);
 
 struct CommitOptions {
   int keep_last = 0;  // committed checkpoints to keep (the new one included); 0 keeps all
+  // Multi-rank saves (collective_save.h): how long ranks wait for each other's writes and for
+  // the commit (a large shard on a slow disk takes minutes, far past a collective's default).
+  std::chrono::milliseconds peer_timeout{std::chrono::minutes(10)};
   std::function<void(CommitStage)> hook;  // tests only: called as each stage is reached
 };
 

@@ -3,6 +3,8 @@
 //   lattice plan --model llama-3-70b --cluster dgx-h100 --nodes 128 --global-batch 1024 --seq 4096
 // Fixing every dimension evaluates that one layout:
 //   ... --tp 8 --pp 8 --dp 16 --micro-batch 1 --virtual-stages 5 --recompute selective --sp
+// --validate runs small layouts on this machine and compares (cli/plan_validate_command.h):
+//   lattice plan --validate --model gpt2-tiny --cluster runs/cpu-profile.json
 #include <fmt/format.h>
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/plan_validate_command.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "plan/alternatives.h"
@@ -42,6 +45,10 @@ struct PlanArgs {
   bool sp = false, no_sp = false;
   int top = 5;
   bool json = false;
+  // --validate (its defaults differ: the model gpt2-tiny, a batch of 8, fp32, the default
+  // profile; see plan_validate_command.h).
+  bool validate = false;
+  PlanValidateArgs validation;
 };
 
 std::optional<int64_t> fixed(int64_t value) {
@@ -49,6 +56,11 @@ std::optional<int64_t> fixed(int64_t value) {
 }
 
 void run_plan(const PlanArgs& args) {
+  if (args.model.empty() || args.global_batch <= 0) {
+    LATTICE_THROW(ConfigError,
+                  "lattice plan needs --model and --global-batch ---> HINT: e.g. --model "
+                  "llama-3-70b --global-batch 1024 (or --validate to compare with real runs)");
+  }
   plan::TrainingSetup setup;
   setup.model = plan::resolve_model(args.model);
   setup.cluster = plan::resolve_cluster(args.cluster);
@@ -116,16 +128,19 @@ void register_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Recommend a parallel layout and predict its memory and step time");
-  cmd->add_option("--model", args->model, "Model preset or config file (.toml, HF config.json)")
-      ->required();
-  cmd->add_option("--cluster", args->cluster,
-                  "Cluster preset (dgx-a100, dgx-h100) or profile JSON from `bench calibrate`")
-      ->capture_default_str();
+  CLI::Option* model = cmd->add_option("--model", args->model,
+                                       "Model preset or config file (.toml, HF config.json)");
+  CLI::Option* cluster =
+      cmd->add_option("--cluster", args->cluster,
+                      "Cluster preset (dgx-a100, dgx-h100) or profile JSON from `bench calibrate`")
+          ->capture_default_str();
   cmd->add_option("--nodes", args->nodes, "Nodes")->capture_default_str();
   cmd->add_option("--gpus", args->gpus, "Devices in all (overrides --nodes)");
-  cmd->add_option("--global-batch", args->global_batch, "Sequences per optimizer step")->required();
+  CLI::Option* global_batch =
+      cmd->add_option("--global-batch", args->global_batch, "Sequences per optimizer step");
   cmd->add_option("--seq", args->seq, "Sequence length (default: the model's)");
-  cmd->add_option("--precision", args->precision, "bf16 (mixed) or fp32")->capture_default_str();
+  CLI::Option* precision = cmd->add_option("--precision", args->precision, "bf16 (mixed) or fp32")
+                               ->capture_default_str();
   cmd->add_flag("--fp32-grads", args->fp32_grads, "Accumulate gradients in fp32");
   cmd->add_flag("--dropout", args->dropout, "Count dropout masks (Lattice's blocks have none)");
   cmd->add_flag("--materialized-attention", args->materialized_attention,
@@ -147,7 +162,47 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--no-sp", args->no_sp, "Forbid sequence parallelism");
   cmd->add_option("--top", args->top, "How many layouts to list")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON instead of the report");
-  cmd->callback([args] { run_plan(*args); });
+
+  PlanValidateArgs& v = args->validation;
+  cmd->add_flag("--validate", args->validate,
+                "Run layouts of a small model here; compare predicted and measured memory and "
+                "step time (model: a trainer preset or training .toml; default gpt2-tiny)");
+  cmd->add_option("--layouts", v.layouts,
+                  "--validate: layouts, e.g. dp1tp1 dp2 tp2 tp2+sp dp2+zero1")
+      ->capture_default_str();
+  cmd->add_option("--steps", v.steps, "--validate: timed steps per layout")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", v.warmup, "--validate: untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", v.threads, "--validate: threads per rank")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--data", v.data, "--validate: directory with train.bin (default: synthetic)");
+  cmd->add_option("--time-factor", v.time_factor,
+                  "--validate: step time accepted within this factor of the measurement")
+      ->capture_default_str();
+  cmd->callback([args, model, cluster, global_batch, precision] {
+    if (!args->validate) {
+      run_plan(*args);
+      return;
+    }
+    PlanValidateArgs v = args->validation;
+    if (model->count() > 0) v.model = args->model;
+    if (cluster->count() > 0) v.cluster = args->cluster;
+    if (global_batch->count() > 0) v.global_batch = args->global_batch;
+    if (precision->count() > 0) v.precision = args->precision;
+    v.seq = args->seq;
+    v.json = args->json;
+    const int flagged = run_plan_validate(v);
+    if (flagged > 0) {
+      LATTICE_THROW(ValueError,
+                    "{} predicted figure(s) are outside their tolerance ---> HINT: the table "
+                    "above names them; docs/planner.md (Validation) says what the models leave out",
+                    flagged);
+    }
+  });
 }
 
 }  // namespace lattice::cli

@@ -3,7 +3,8 @@
 // every eval.interval steps, a final checkpoint and, if sample.tokens > 0, sampled text at the
 // end. The ranks form a dp × tp mesh (tp fastest) on in-process threads or, under mpirun, on MPI
 // (docs/data-parallel.md, docs/tensor-parallel.md); every rank evaluates and samples in step,
-// world rank 0 alone prints, writes metrics and checkpoints.
+// world rank 0 alone prints, writes metrics and checkpoints. The layout comes from the config's
+// [parallel] section; a layout flag given on the command line overrides its key.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,6 +21,9 @@
 #include "data/tokenizer.h"
 #include "model/generate.h"
 #include "parallel/device_mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "trace/chrome_trace.h"
+#include "trace/event_recorder.h"
 #include "train/metrics_log.h"
 #include "train/trainer.h"
 
@@ -32,15 +36,29 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string metrics;
   std::string init_from;
-  int dp = 1;
-  int tp = 1;
-  bool sp = false;
-  std::string transport = "threads";
-  int zero = 0;
-  double bucket_mb = 1.0;
-  bool check_replicas = false;
+  // The layout flags: they override the config's [parallel] keys only when given
+  // (apply_layout_flags), so their defaults here are never used.
+  ParallelConfig layout;
+  std::string trace;   // directory for one Chrome/Perfetto trace per rank; empty: no trace
   std::string resume;  // a checkpoint directory, or "auto": the newest valid under out_dir
 };
+
+// The config's [parallel] section with every layout flag given on the command line applied
+// over it (CLI11's count() is 0 for a flag left out, whatever its default).
+void apply_layout_flags(const CLI::App& cmd, const ParallelConfig& flags, ParallelConfig& layout) {
+  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (given("--dp")) layout.dp = flags.dp;
+  if (given("--tp")) layout.tp = flags.tp;
+  if (given("--sp")) layout.sequence_parallel = flags.sequence_parallel;
+  if (given("--zero")) layout.zero = flags.zero;
+  if (given("--bucket-mb")) layout.bucket_mb = flags.bucket_mb;
+  if (given("--transport")) layout.transport = flags.transport;
+  if (given("--check-replicas")) layout.check_replicas = flags.check_replicas;
+  if (given("--pp")) layout.pp = flags.pp;
+  if (given("--schedule")) layout.schedule = flags.schedule;
+  if (given("--virtual-stages")) layout.virtual_stages = flags.virtual_stages;
+  if (given("--recompute")) layout.recompute = flags.recompute;
+}
 
 // The checkpoint a --resume argument names: "auto" is the newest valid step_N under
 // out_dir/checkpoints (none: a fresh start), anything else a checkpoint directory.
@@ -76,16 +94,26 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
                    double train_seconds, std::optional<double> last_val);
 
 // One rank's training loop on its mesh.
-void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& mesh) {
+void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& mesh,
+                TraceClock::time_point trace_origin) {
   Stopwatch wall;
   const bool lead = mesh.world().rank() == 0;
+  const ParallelConfig& layout = loaded.parallel;
+  // --trace: this rank's events (pipeline instructions, steps) on its own recorder.
+  EventRecorder recorder(mesh.world().rank(), trace_origin, !args.trace.empty());
+  ScopedCurrentRecorder current_recorder(args.trace.empty() ? nullptr : &recorder);
   Arena arena(fmt::format("rank{}", mesh.world().rank()));
   ParallelSetup parallel{.dp = &mesh.dp(),
-                         .zero = args.zero,
-                         .bucket_bytes = int64_t(args.bucket_mb * double(1 << 20)),
-                         .check_replicas = args.check_replicas,
+                         .zero = layout.zero,
+                         .bucket_bytes = int64_t(layout.bucket_mb * double(1 << 20)),
+                         .check_replicas = layout.check_replicas,
                          .tp = &mesh.tp(),
-                         .sequence_parallel = args.sp};
+                         .sequence_parallel = layout.sequence_parallel,
+                         .pp = &mesh.pp(),
+                         .embedding = mesh.embedding(),
+                         .schedule = parse_schedule_kind(layout.schedule),
+                         .virtual_stages = layout.virtual_stages,
+                         .recompute = parse_recompute(layout.recompute)};
   Trainer trainer(loaded, arena, parallel);
   const TrainConfig& config = trainer.config();  // with the batch resolved
   if (!args.init_from.empty()) {
@@ -107,16 +135,21 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   if (lead) {
     fmt::print(
         "lattice train: {} ({} parameters) | {} | global batch {} = {} x {} micro-batches x dp {} "
-        "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}, fp32 "
-        "peak {:.1f} GFLOP/s\n",
+        "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}{}{}, "
+        "fp32 peak {:.1f} GFLOP/s\n",
         config.model.name, trainer.model().registry().global_elements(),
         config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
-        config.global_batch, config.micro_batch, config.micro_batches, args.dp, config.seq_len,
-        config.tokens_per_step(), config.steps, mesh.shape().to_string(), args.transport, world,
+        config.global_batch, config.micro_batch, config.micro_batches, layout.dp, config.seq_len,
+        config.tokens_per_step(), config.steps, mesh.shape().to_string(), layout.transport, world,
         threads,
-        args.dp > 1 ? fmt::format(", zero {}, buckets of {} MB", args.zero, args.bucket_mb) : "",
-        args.tp > 1 ? fmt::format(", tensor parallel{}", args.sp ? " + sequence parallel" : "")
-                    : "",
+        layout.dp > 1 ? fmt::format(", zero {}, buckets of {} MB", layout.zero, layout.bucket_mb)
+                      : "",
+        layout.tp > 1 ? fmt::format(", tensor parallel{}",
+                                    layout.sequence_parallel ? " + sequence parallel" : "")
+                      : "",
+        layout.pp > 1 ? fmt::format(", pipeline {} (v={})", layout.schedule, layout.virtual_stages)
+                      : "",
+        layout.recompute != "none" ? fmt::format(", recompute {}", layout.recompute) : "",
         peak / 1e9);
   }
 
@@ -146,9 +179,16 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     if (metrics) metrics->write(m, peak);
   }
   const double train_seconds = wall.seconds();
+  if (!args.trace.empty()) {
+    const std::filesystem::path file = write_chrome_trace_to_dir(args.trace, recorder);
+    if (lead) fmt::print("trace of rank 0 written to {} (one file per rank)\n", file.string());
+  }
   // Every tp rank takes part in sampling (the logits are split by vocabulary); dp replicas other
-  // than the first do not.
-  if (config.sample_tokens > 0 && mesh.coordinates().dp == 0) {
+  // than the first do not. A pipeline stage holds only some layers: no sampling there.
+  if (config.sample_tokens > 0 && layout.pp > 1 && lead) {
+    fmt::print("sampling skipped: with --pp {} no rank holds the whole model\n", layout.pp);
+  }
+  if (config.sample_tokens > 0 && layout.pp == 1 && mesh.coordinates().dp == 0) {
     auto tokenizer = make_tokenizer(config.tokenizer);
     SampleOptions options{config.sample_tokens, config.sample_temperature, config.sample_seed};
     std::vector<int32_t> tokens =
@@ -186,37 +226,52 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
   }
 }
 
-void run_train(const TrainArgs& args) {
+void run_train(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
-  const TransportKind transport = parse_transport(args.transport);
-  const MeshShape shape{.pp = 1, .dp = args.dp, .tp = args.tp};
+  apply_layout_flags(cmd, args.layout, config.parallel);
+  const ParallelConfig& layout = config.parallel;
+  const TransportKind transport = parse_transport(layout.transport);
+  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
   // Everything that can be checked before a rank starts is checked here, once.
-  validate_tensor_parallel(config.model, {args.tp, 0, args.sp});
+  validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {
     LATTICE_THROW(ConfigError,
-                  "{} in-process ranks (--dp {} x --tp {}) with train.threads = {} need {} cores "
+                  "{} in-process ranks (dp {} x tp {}) with train.threads = {} need {} cores "
                   "but {} are available ---> HINT: ranks x threads must not exceed the cores; "
-                  "lower --dp, --tp or train.threads, or run under mpirun with --transport mpi",
-                  world, args.dp, args.tp, config.threads, world * std::max(1, config.threads),
+                  "lower --dp, --tp (parallel.dp, parallel.tp) or train.threads, or run under "
+                  "mpirun with --transport mpi",
+                  world, layout.dp, layout.tp, config.threads, world * std::max(1, config.threads),
                   cores);
   }
-  if (args.zero >= 1 && (!config.out_dir.empty() || !args.resume.empty())) {
+  if (layout.zero >= 1 && (!config.out_dir.empty() || !args.resume.empty())) {
     LATTICE_THROW(ConfigError,
-                  "--zero {} shards the optimizer state, which checkpoints cannot save yet ---> "
-                  "HINT: add --set output.dir= (no checkpoint) or use --zero 0",
-                  args.zero);
+                  "ZeRO stage {} (--zero, parallel.zero) shards the optimizer state, which "
+                  "checkpoints cannot save yet ---> HINT: add --set output.dir= (no checkpoint) "
+                  "or use --zero 0",
+                  layout.zero);
   }
-  if (args.tp > 1 && (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
+  if (layout.pp > 1 &&
+      (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
     LATTICE_THROW(ConfigError,
-                  "--tp {} holds parameters as tensor-parallel shards, which checkpoints cannot "
-                  "save or load yet ---> HINT: add --set output.dir= (no checkpoint) or use --tp 1",
-                  args.tp);
+                  "pp {} (--pp, parallel.pp) splits the layers over pipeline stages, which "
+                  "checkpoints cannot save or load yet ---> HINT: add --set output.dir= (no "
+                  "checkpoint) or use --pp 1",
+                  layout.pp);
   }
+  if (layout.tp > 1 &&
+      (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
+    LATTICE_THROW(ConfigError,
+                  "tp {} (--tp, parallel.tp) holds parameters as tensor-parallel shards, which "
+                  "checkpoints cannot save or load yet ---> HINT: add --set output.dir= (no "
+                  "checkpoint) or use --tp 1",
+                  layout.tp);
+  }
+  const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
   launch_ranks(transport, world, [&](Communicator& comm) {
     DeviceMesh mesh(comm, shape);
-    train_rank(args, config, mesh);
+    train_rank(args, config, mesh, trace_origin);
   });
 }
 
@@ -231,23 +286,42 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--metrics", args->metrics, "Write one JSON object per step to this file");
   cmd->add_option("--init-from", args->init_from,
                   "Start from Hugging Face safetensors weights of a matching config");
-  cmd->add_option("--dp", args->dp, "Data-parallel ranks")->check(CLI::PositiveNumber);
-  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (heads, d_ff and vocabulary split)")
+  // The layout flags override the config's [parallel] keys of the same names when given.
+  ParallelConfig& layout = args->layout;
+  cmd->add_option("--dp", layout.dp, "Data-parallel ranks (parallel.dp)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--sp", args->sp,
-                "Sequence parallelism: split the residual stream's token rows over the tp group");
-  cmd->add_option("--transport", args->transport,
-                  "threads (in-process ranks) or mpi (one rank per process, under mpirun)");
-  cmd->add_option("--zero", args->zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded")
+  cmd->add_option("--tp", layout.tp,
+                  "Tensor-parallel ranks: heads, d_ff and vocabulary split (parallel.tp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--sp", layout.sequence_parallel,
+                "Sequence parallelism: split the residual stream's token rows over the tp group "
+                "(parallel.sp; --sp=false turns it off)");
+  cmd->add_option("--transport", layout.transport,
+                  "threads (in-process ranks) or mpi (one rank per process, under mpirun) "
+                  "(parallel.transport)");
+  cmd->add_option("--zero", layout.zero,
+                  "ZeRO stage: 0 replicated, 1 optimizer state sharded (parallel.zero)")
       ->check(CLI::Range(0, 1));
-  cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size in MB (dp > 1)")
+  cmd->add_option("--bucket-mb", layout.bucket_mb,
+                  "Gradient bucket size in MB, dp > 1 (parallel.bucket_mb)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--resume", args->resume,
                   "Continue from a checkpoint directory, or 'auto': the newest valid one under "
                   "output.dir/checkpoints");
-  cmd->add_flag("--check-replicas", args->check_replicas,
-                "After every step, check that all dp replicas hold identical parameters");
-  cmd->callback([args] { run_train(*args); });
+  cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", layout.schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 (parallel.schedule)");
+  cmd->add_option("--virtual-stages", layout.virtual_stages,
+                  "Model chunks per pipeline stage, for interleaved-1f1b (parallel.virtual_stages)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", layout.recompute,
+                  "Activation recompute: none, selective, full (parallel.recompute)");
+  cmd->add_option("--trace", args->trace,
+                  "Write one Chrome/Perfetto trace per rank into this directory");
+  cmd->add_flag("--check-replicas", layout.check_replicas,
+                "After every step, check that all dp replicas hold identical parameters "
+                "(parallel.check_replicas)");
+  cmd->callback([args, cmd] { run_train(*args, *cmd); });
 }
 
 }  // namespace lattice::cli

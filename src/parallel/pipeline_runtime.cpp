@@ -31,7 +31,7 @@ PipelineRuntime::PipelineRuntime(Communicator& pp, Arena& arena) : pp_(pp), aren
 Tensor& PipelineRuntime::staging(int kind, const Instruction& in, const Tensor& like) {
   Tensor& buffer = staging_[{kind, in.micro_batch, in.chunk}];
   if (!buffer.defined() || buffer.shape() != like.shape() || buffer.dtype() != like.dtype()) {
-    buffer = Tensor::empty(arena_, like.shape(), like.dtype(), MemoryCategory::kActivations);
+    buffer = Tensor::empty(arena_, like.shape(), like.dtype(), MemoryCategory::kCommunication);
   }
   return buffer;
 }

@@ -1,6 +1,8 @@
 #include "parallel/tensor_parallel.h"
 
+#include "comm/comm_stats.h"
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace lattice {
 
@@ -19,14 +21,27 @@ void TensorParallel::record(std::string_view op, std::string_view what, int64_t 
   if (logging_) log_.push_back({std::string(op), std::string(what), elements, dtype});
 }
 
+void TensorParallel::count(Collective collective, int64_t bytes, double seconds) {
+  ++stats_.calls;
+  stats_.bytes += bytes;
+  stats_.bus_bytes += double(bytes) * bus_bandwidth_factor(collective, size());
+  stats_.seconds += seconds;
+}
+
 void TensorParallel::all_reduce(Tensor& partial, std::string_view what) {
   record("all_reduce", what, partial.numel(), partial.dtype());
-  if (group_ != nullptr) group_->all_reduce(partial, ReduceOp::kSum, kDeterministic);
+  if (group_ == nullptr) return;
+  const Stopwatch watch;
+  group_->all_reduce(partial, ReduceOp::kSum, kDeterministic);
+  count(Collective::kAllReduce, int64_t(partial.nbytes()), watch.seconds());
 }
 
 void TensorParallel::all_reduce_max(Tensor& data, std::string_view what) {
   record("all_reduce_max", what, data.numel(), data.dtype());
-  if (group_ != nullptr) group_->all_reduce(data, ReduceOp::kMax, kDeterministic);
+  if (group_ == nullptr) return;
+  const Stopwatch watch;
+  group_->all_reduce(data, ReduceOp::kMax, kDeterministic);
+  count(Collective::kAllReduce, int64_t(data.nbytes()), watch.seconds());
 }
 
 void TensorParallel::all_gather_rows(Tensor& full, const Tensor& shard, std::string_view what) {
@@ -39,7 +54,9 @@ void TensorParallel::all_gather_rows(Tensor& full, const Tensor& shard, std::str
     if (full.raw_data() != shard.raw_data()) full.copy_from(shard.view(full.shape()));
     return;
   }
+  const Stopwatch watch;
   group_->all_gather(shard, full, kDeterministic);
+  count(Collective::kAllGather, int64_t(full.nbytes()), watch.seconds());
 }
 
 void TensorParallel::reduce_scatter_rows(Tensor& shard, const Tensor& full, std::string_view what) {
@@ -52,7 +69,9 @@ void TensorParallel::reduce_scatter_rows(Tensor& shard, const Tensor& full, std:
     if (full.raw_data() != shard.raw_data()) shard.copy_from(full.view(shard.shape()));
     return;
   }
+  const Stopwatch watch;
   group_->reduce_scatter(full, shard, ReduceOp::kSum, kDeterministic);
+  count(Collective::kReduceScatter, int64_t(full.nbytes()), watch.seconds());
 }
 
 }  // namespace lattice

@@ -11,6 +11,8 @@
 // Every call is forced to the ring algorithm so that the same layout twice is bitwise
 // identical (the tuner may switch algorithms on timing), and is recorded in log() for
 // `lattice explain` and for tests that check the recorded list against the predicted one.
+// Every call that communicates is also counted in stats() (calls, bytes, wall time), always on:
+// `lattice bench tp` reads from it the fraction of a step spent in tensor-parallel collectives.
 #pragma once
 
 #include <string>
@@ -37,6 +39,17 @@ struct CollectiveRecord {
   DType dtype = DType::kF32;
 };
 
+// What this rank's collectives cost since the last reset_stats(). Only calls that go to a group
+// of two or more ranks count (a group of one communicates nothing).
+struct TensorParallelStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;     // the full (unsplit) buffer of each call, as nccl-tests counts it
+  double bus_bytes = 0;  // bytes × the nccl-tests bus factor (all-reduce 2(n-1)/n, all-gather
+                         // and reduce-scatter (n-1)/n): what each rank sends on a ring, so an
+                         // all-gather + reduce-scatter pair equals one all-reduce of that buffer
+  double seconds = 0.0;  // steady-clock wall time inside the calls, waiting for peers included
+};
+
 class TensorParallel {
  public:
   TensorParallel() = default;  // a group of one: every collective is a no-op
@@ -61,13 +74,19 @@ class TensorParallel {
   const std::vector<CollectiveRecord>& log() const { return log_; }
   void clear_log() { log_.clear(); }
 
+  const TensorParallelStats& stats() const { return stats_; }
+  double comm_seconds() const { return stats_.seconds; }
+  void reset_stats() { stats_ = {}; }
+
  private:
   void record(std::string_view op, std::string_view what, int64_t elements, DType dtype);
+  void count(Collective collective, int64_t bytes, double seconds);
 
   Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
   bool logging_ = false;
   std::vector<CollectiveRecord> log_;
+  TensorParallelStats stats_;
 };
 
 }  // namespace lattice

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "plan/activation_memory.h"
+#include "plan/lattice_activations.h"
 #include "plan/pipeline_theory.h"
 
 namespace lattice::plan {
@@ -54,6 +55,18 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   mem.parameters = states.parameters;
   mem.gradients = states.gradients;
   mem.optimizer_states = states.optimizer_states;
+  const bool lattice = setup.runtime == Runtime::kLattice;
+  if (lattice && layout.tp > 1 && layout.sequence_parallel) {
+    // Lattice packs the partial gradients of the replicated parameters (each tp rank saw only its
+    // token rows) into one f32 buffer for their group all-reduce: norms and row-parallel biases
+    // of every layer, the final norm, the learned position table.
+    const ParameterCounts counts = count_parameters(model);
+    double replicated = double(model.n_layers / layout.pp) * double(counts.per_layer_replicated);
+    if (stage == 0 && model.position == PositionKind::kLearned)
+      replicated += double(model.max_seq_len * model.d_model);
+    if (stage == layout.pp - 1) replicated += double(counts.final_norm);
+    mem.gradients += 4.0 * replicated;
+  }
 
   // Activations: per layer × layers per chunk × chunks in flight on this stage.
   const ActivationOptions options{.micro_batch = layout.micro_batch,
@@ -88,11 +101,24 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     mem.logits = (logits + inputs) * last_chunk_in_flight;
   }
 
-  // Communication buffers.
+  if (lattice && layout.pp == 1) {
+    // The runtime's own buffers (lattice_activations.h) instead of the paper's model: one
+    // micro-batch's set, allocated once. (It has no pipeline yet, and no recompute.)
+    const LatticeActivationBytes own = lattice_activation_bytes(model, options);
+    mem.activations = own.stored + own.backward_scratch;
+    mem.recompute_working = 0;
+    mem.embedding_activations = own.token_batch;
+    mem.logits = own.output;
+  }
+
+  // Communication buffers (Lattice has none: in-place bucket reduction, tp collectives on
+  // activation buffers).
   const double sbh_bytes = bytes.activation * s * b * h;
-  if (layout.dp > 1) mem.communication_buffers += 2.0 * runtime.dp_bucket_bytes;
-  if (layout.tp > 1) mem.communication_buffers += sbh_bytes;  // gathered / reduced block input
-  if (layout.pp > 1) mem.communication_buffers += 2.0 * sbh_bytes / t;  // send + recv (÷t)
+  if (!lattice) {
+    if (layout.dp > 1) mem.communication_buffers += 2.0 * runtime.dp_bucket_bytes;
+    if (layout.tp > 1) mem.communication_buffers += sbh_bytes;  // gathered / reduced block input
+    if (layout.pp > 1) mem.communication_buffers += 2.0 * sbh_bytes / t;  // send + recv (÷t)
+  }
   if (layout.zero >= 3) {
     const ParameterCounts counts = count_parameters(model);
     mem.zero3_gathered = 2.0 * double(counts.per_layer) / t * bytes.parameter;

@@ -135,6 +135,7 @@ ModelSpec parse_model_hf_json(const std::string& text, const std::string& origin
     m.mlp = MlpKind::kSwiglu;
     m.biases = j.value("attention_bias", false);
     m.tied_embeddings = j.value("tie_word_embeddings", false);
+    m.fused_qkv = false;
   }
   finish(m, origin);
   return m;

@@ -45,6 +45,7 @@ ModelSpec llama(std::string name, int64_t layers, int64_t heads, int64_t kv_head
   m.mlp = MlpKind::kSwiglu;
   m.biases = false;
   m.tied_embeddings = false;
+  m.fused_qkv = false;
   return m;
 }
 

@@ -43,7 +43,9 @@ void validate(const ModelSpec& spec) {
 ParameterCounts count_parameters(const ModelSpec& spec, bool use_padded_vocab) {
   const int64_t h = spec.d_model, ffn = spec.d_ff, kv = spec.kv_dim();
   const int64_t vocab = use_padded_vocab ? spec.padded_vocab_size : spec.vocab_size;
-  const int64_t norm = spec.norm == NormKind::kLayerNorm ? 2 * h : h;  // weight (+ bias)
+  // Weight, and a LayerNorm's bias unless the model has no biases at all (nanoGPT's bias=False,
+  // Lattice's model.bias: one switch for the linear and the LayerNorm biases).
+  const int64_t norm = spec.norm == NormKind::kLayerNorm && spec.biases ? 2 * h : h;
 
   ParameterCounts counts;
   // Attention: fused QKV (h → h + 2·kv), output projection (h → h).

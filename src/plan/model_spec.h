@@ -30,8 +30,11 @@ struct ModelSpec {
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
   MlpKind mlp = MlpKind::kGelu;
-  bool biases = true;
+  bool biases = true;  // linear biases and LayerNorm biases (one switch, as nanoGPT's bias)
   bool tied_embeddings = true;
+  // One fused QKV projection (GPT-2's c_attn) rather than separate q, k, v (Llama). Only the
+  // Lattice runtime's activation accounting depends on it (it keeps the fused output as well).
+  bool fused_qkv = true;
 
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }  // width of K (and of V)

@@ -4,6 +4,10 @@
 
 namespace lattice::plan {
 
+std::string_view runtime_name(Runtime runtime) {
+  return runtime == Runtime::kMegatron ? "megatron" : "lattice";
+}
+
 void validate(const TrainingSetup& setup) {
   validate(setup.model);
   if (setup.devices <= 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "plan/cluster_spec.h"
 #include "plan/model_spec.h"
@@ -17,6 +18,20 @@ struct StateBytes {
   double activation = 2;
 };
 
+// Whose allocation pattern the memory model follows.
+//  kMegatron: Megatron-LM / the ZeRO paper on GPUs: bf16 parameters and gradients (2 + 2 B), the
+//    fp32 master weights with the Adam moments in the optimizer state (12 B, sharded from ZeRO-1),
+//    two gradient buckets for data parallelism, a b·s·h staging buffer for tensor parallelism.
+//  kLattice: this repository's runtime (src/model/parameters.h, src/train/optimizer.h): the f32
+//    master weights are the parameter store itself (plus a bf16 compute copy under bf16 compute:
+//    4 + 2 B), gradients are always f32 (4 B), the optimizer state is the two f32 moments (8 B,
+//    the only part ZeRO-1 shards: every replica keeps the whole master); data-parallel buckets are
+//    reduced in place in the gradient buffer and tensor-parallel collectives work on activation
+//    buffers, so there are no communication buffers; under sequence parallelism the gradients of
+//    the replicated parameters (norms, row-parallel biases, learned positions) are packed into one
+//    more f32 buffer for their group all-reduce (Transformer::reduce_partial_grads).
+enum class Runtime { kMegatron, kLattice };
+
 struct TrainingSetup {
   ModelSpec model;
   ClusterSpec cluster;
@@ -30,15 +45,20 @@ struct TrainingSetup {
   // Korthikanti et al.'s setting.
   bool flash_attention = true;
   bool dropout = false;
+  Runtime runtime = Runtime::kMegatron;
 
   StateBytes bytes() const {
     StateBytes b;
     if (precision == Precision::kFp32)
       b = {.parameter = 4, .gradient = 4, .optimizer = 8, .activation = 4};
     if (fp32_gradients) b.gradient = 4;
+    if (runtime == Runtime::kLattice && precision == Precision::kBf16)
+      b = {.parameter = 4 + 2, .gradient = 4, .optimizer = 8, .activation = 2};
     return b;
   }
 };
+
+std::string_view runtime_name(Runtime runtime);
 
 // Checks the setup on its own (not any layout); throws ConfigError naming the field and the fix.
 void validate(const TrainingSetup& setup);

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/transformer.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace lattice {
 
@@ -55,6 +57,19 @@ std::string get_string(const toml::node& node, const std::string& key) {
 bool get_bool(const toml::node& node, const std::string& key) {
   if (auto v = node.value_exact<bool>()) return *v;
   LATTICE_THROW(ConfigError, "config key '{}' = {} must be true or false", key, describe(node));
+}
+
+// A number of ranks along one mesh axis (parallel.dp, parallel.tp): 1 means not split that way.
+int get_rank_count(const toml::node& node, const std::string& key) {
+  constexpr int64_t kMaxRanks = int64_t(1) << 20;
+  int64_t v = get_int(node, key);
+  if (v < 1 || v > kMaxRanks) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be a number of ranks from 1 to {} ---> HINT: use 1 "
+                  "(not split along this axis) or more",
+                  key, v, kMaxRanks);
+  }
+  return int(v);
 }
 
 const std::map<std::string, Setter>& setters() {
@@ -251,6 +266,81 @@ const std::map<std::string, Setter>& setters() {
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      c.keep_last = get_positive(n, k);
                    }},
+                  // parallel (the `lattice train` flags of the same names override these)
+                  {"parallel.dp",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.dp = get_rank_count(n, k);
+                   }},
+                  {"parallel.tp",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.tp = get_rank_count(n, k);
+                   }},
+                  {"parallel.sp",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.sequence_parallel = get_bool(n, k);
+                   }},
+                  {"parallel.zero",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     int64_t stage = get_int(n, k);
+                     if (stage != 0 && stage != 1) {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = {} is not a supported ZeRO stage ---> "
+                                     "HINT: use 0 (replicated optimizer state) or 1 (AdamW "
+                                     "moments sharded over dp); stages 2 and 3 are not "
+                                     "implemented yet",
+                                     k, stage);
+                     }
+                     c.parallel.zero = int(stage);
+                   }},
+                  {"parallel.bucket_mb",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     double mb = get_float(n, k);
+                     // 2^20 MB is a bucket of 2^40 bytes, far beyond any model here; the bound
+                     // keeps mb · 2^20 an exact int64.
+                     if (!(mb > 0.0 && mb <= double(1 << 20))) {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = {} must be a positive size in MB ---> "
+                                     "HINT: use e.g. 1 (the default) or 0.25",
+                                     k, mb);
+                     }
+                     c.parallel.bucket_mb = mb;
+                   }},
+                  {"parallel.transport",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     std::string t = get_string(n, k);
+                     if (t != "threads" && t != "mpi") {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = \"{}\" ---> HINT: use \"threads\" "
+                                     "(in-process ranks) or \"mpi\" (one rank per process, "
+                                     "under mpirun)",
+                                     k, t);
+                     }
+                     c.parallel.transport = t;
+                   }},
+                  {"parallel.check_replicas",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.check_replicas = get_bool(n, k);
+                   }},
+                  {"parallel.pp",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.pp = get_rank_count(n, k);
+                   }},
+                  {"parallel.schedule",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     std::string name = get_string(n, k);
+                     parse_schedule_kind(name);  // ConfigError listing the schedules
+                     c.parallel.schedule = name;
+                   }},
+                  {"parallel.virtual_stages",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.virtual_stages = get_rank_count(n, k);
+                   }},
+                  {"parallel.recompute",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     std::string name = get_string(n, k);
+                     parse_recompute(name);  // ConfigError listing the choices
+                     c.parallel.recompute = name;
+                   }},
               };
   return table;
 }
@@ -299,7 +389,7 @@ std::vector<std::string> train_config_keys() {
 }
 
 std::string nearest_key(std::string_view key, const std::vector<std::string>& keys) {
-  // The names nanoGPT, llm.c and Hugging Face use for the same settings.
+  // The names nanoGPT, llm.c, Hugging Face, Megatron-LM and DeepSpeed use for the same settings.
   static const std::map<std::string, std::string, std::less<>> kAliases = {
       {"learning_rate", "optim.lr"},
       {"max_lr", "optim.lr"},
@@ -323,6 +413,14 @@ std::string nearest_key(std::string_view key, const std::vector<std::string>& ke
       {"eval_iters", "eval.batches"},
       {"out_dir", "output.dir"},
       {"seed", "train.seed"},
+      {"data_parallel_size", "parallel.dp"},
+      {"tensor_model_parallel_size", "parallel.tp"},
+      {"tensor_parallel_size", "parallel.tp"},
+      {"sequence_parallel", "parallel.sp"},
+      {"zero_stage", "parallel.zero"},
+      {"pipeline_model_parallel_size", "parallel.pp"},
+      {"virtual_pipeline_model_parallel_size", "parallel.virtual_stages"},
+      {"recompute_granularity", "parallel.recompute"},
   };
   std::string_view last =
       key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);

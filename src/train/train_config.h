@@ -2,7 +2,7 @@
 //
 // Every key is known: an unknown key or a value of the wrong type is a ConfigError naming the
 // key and, for a misspelling, the nearest valid key. Keys are `section.name`; the sections are
-// model, data, batch, optim, train, eval, sample, output (see configs/*.toml and docs/).
+// model, data, batch, optim, train, eval, sample, output, parallel (see configs/*.toml and docs/).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,25 @@
 #include "model/config.h"
 
 namespace lattice {
+
+// The [parallel] section: the rank layout of `lattice train` (docs/data-parallel.md). A
+// `lattice train` flag given on the command line (--dp, --tp, --sp, --zero, --bucket-mb,
+// --transport, --check-replicas) overrides the key of the same name.
+struct ParallelConfig {
+  int dp = 1;                         // data-parallel ranks
+  int tp = 1;                         // tensor-parallel ranks (tp fastest in the mesh)
+  bool sequence_parallel = false;     // key "sp": split the residual stream's rows over tp
+  int zero = 0;                       // 0: replicated; 1: AdamW moments sharded over dp
+  double bucket_mb = 1.0;             // gradient bucket size (dp > 1)
+  std::string transport = "threads";  // "threads" (in-process ranks) | "mpi" (under mpirun)
+  bool check_replicas = false;        // hash and compare the dp replicas after every step
+  int pp = 1;                         // pipeline stages (docs/pipeline-parallel.md)
+  std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved-1f1b | zb-h1
+  int virtual_stages = 1;             // model chunks per stage (interleaved-1f1b: ≥ 2)
+  std::string recompute = "none";     // none | selective | full
+
+  int world_size() const { return dp * tp * pp; }
+};
 
 struct TrainConfig {
   ModelConfig model = model_preset("gpt2-tiny");
@@ -62,6 +81,8 @@ struct TrainConfig {
   // keep_last; `lattice train --resume auto` continues from the newest valid one.
   int64_t checkpoint_every = 0;
   int64_t keep_last = 3;
+
+  ParallelConfig parallel;
 
   // Derives the missing one of (micro_batch, micro_batches, global_batch) for `dp` data-parallel
   // ranks, or throws ConfigError showing the formula when they are inconsistent or indivisible.

@@ -33,9 +33,9 @@ TEST(InspectCheckpoint, ListsLayoutTensorsShardsFilesAndStatus) {
   const std::string& text = report.text;
   for (const char* expected : {"steps 12, latest -> step_12", "step        12",
                                "dp=1 tp=2 pp=1 v=1 zero=0", "\"lr_step\":12", "bf16 [6, 4]",
-                               "2 shards: rank_00000.safetensors[0, 8) "
-                               "rank_00001.safetensors[8, 24)",
-                               "files       2", "status      valid"}) {
+                               "2 shards: rank_00000.safetensors[0:2, 0:4] "
+                               "rank_00001.safetensors[2:6, 0:4]",
+                               "format      3", "files       2", "status      valid"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
                                                       << text;
   }

@@ -52,8 +52,8 @@ std::vector<OwnedShard> owned_by(int rank, const Globals& g) {
   if (rank == 0) shards.push_back(OwnedShard::whole("b", g.b));  // replicated: owner only
   const int64_t cuts[] = {0, 4, 11, 15, 15};  // ZeRO: uneven flat partition, rank 3 holds none
   if (rank < 3) {
-    shards.push_back({"m", g.m.shape(), cuts[rank], cuts[rank + 1],
-                      flat_slice(g.m, cuts[rank], cuts[rank + 1])});
+    shards.push_back(OwnedShard::elements("m", g.m.shape(), cuts[rank], cuts[rank + 1],
+                                          flat_slice(g.m, cuts[rank], cuts[rank + 1])));
   }
   if (rank == 3) shards.push_back(OwnedShard::whole("e", g.e));
   return shards;
@@ -184,7 +184,7 @@ TEST(ShardedCheckpoint, RanksDisagreeingOnAGlobalShapeAreRefused) {
     TensorRecord t;
     t.name = "w";
     t.shape = shape;
-    t.shards.push_back({file, "w", 0, shape.numel()});
+    t.shards.push_back({file, "w", ShardBox::whole(shape)});
     r.tensors.push_back(t);
     return r;
   };

@@ -246,6 +246,38 @@ TEST(PipelineParallel, TraceRecordsEveryInstructionOfTheSchedule) {
   });
 }
 
+// 1F1B bounds the micro-batches in flight on stage r by p − r where GPipe keeps all m: the
+// first stage's activation memory is (slots × one micro-batch's activations + scratch), with
+// slots = m for gpipe and p for 1f1b.
+TEST(PipelineParallel, OneFOneBKeepsFewerMicroBatchesOfActivationsThanGpipe) {
+  auto dir = testing::make_corpus_dir("pp_memory");
+  TrainConfig config = pipeline_config("gpt2-tiny", dir);
+  config.micro_batches = 8;
+  config.global_batch = 8;
+  std::map<ScheduleKind, size_t> peak;
+  for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB}) {
+    run_ranks(2, [&](Communicator& comm) {
+      DeviceMesh mesh(comm, {2, 1, 1});
+      Arena arena(fmt::format("rank{}", comm.rank()));
+      Trainer trainer(
+          config, arena,
+          {.threads = 1, .pp = &mesh.pp(), .embedding = mesh.embedding(), .schedule = kind});
+      trainer.train_step();
+      if (comm.rank() == 0) {
+        peak[kind] = arena.stats().peak_by_category[size_t(MemoryCategory::kActivations)];
+      }
+    });
+  }
+  // The scratch is the same in both; the slots differ: 8 for gpipe, 2 for 1f1b on stage 0.
+  // peak = scratch + slots·per_slot, so per_slot = (gpipe − 1f1b) / 6 and it must be positive
+  // and account for most of gpipe's peak.
+  const double per_slot =
+      (double(peak[ScheduleKind::kGpipe]) - double(peak[ScheduleKind::kOneFOneB])) / 6.0;
+  EXPECT_GT(per_slot, 0.0);
+  EXPECT_GT(8.0 * per_slot, 0.5 * double(peak[ScheduleKind::kGpipe]));
+  EXPECT_LT(double(peak[ScheduleKind::kOneFOneB]), 0.5 * double(peak[ScheduleKind::kGpipe]));
+}
+
 TEST(PipelineParallel, SameLayoutTwiceIsBitwiseIdentical) {
   auto dir = testing::make_corpus_dir("pp_bitwise");
   const TrainConfig config = pipeline_config("gpt2-tiny", dir);

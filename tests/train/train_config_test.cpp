@@ -72,6 +72,82 @@ TEST(TrainConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of("", {"nonsense"}).find("section.key=value"), std::string::npos);
 }
 
+TEST(TrainConfig, ParallelSectionIsReadAndOverriddenLikeAnyOther) {
+  const TrainConfig defaults = parse_train_config("", "test.toml");
+  EXPECT_EQ(defaults.parallel.dp, 1);
+  EXPECT_EQ(defaults.parallel.tp, 1);
+  EXPECT_FALSE(defaults.parallel.sequence_parallel);
+  EXPECT_EQ(defaults.parallel.zero, 0);
+  EXPECT_DOUBLE_EQ(defaults.parallel.bucket_mb, 1.0);
+  EXPECT_EQ(defaults.parallel.transport, "threads");
+  EXPECT_FALSE(defaults.parallel.check_replicas);
+
+  const std::string toml = R"(
+[parallel]
+dp = 2
+tp = 4
+sp = true
+zero = 1
+bucket_mb = 0.25
+transport = "mpi"
+check_replicas = true
+)";
+  TrainConfig c = parse_train_config(toml, "test.toml");
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.parallel.tp, 4);
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_EQ(c.parallel.zero, 1);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.25);
+  EXPECT_EQ(c.parallel.transport, "mpi");
+  EXPECT_TRUE(c.parallel.check_replicas);
+  EXPECT_EQ(c.parallel.world_size(), 8);
+
+  // --set overrides the file, in order; a bare word is a string and an integer is a size.
+  c = parse_train_config(
+      toml, "test.toml",
+      {"parallel.tp=2", "parallel.transport=threads", "parallel.sp=false", "parallel.bucket_mb=2",
+       "parallel.zero=0", "parallel.tp=1", "parallel.dp=3", "parallel.check_replicas=false"});
+  EXPECT_EQ(c.parallel.dp, 3);
+  EXPECT_EQ(c.parallel.tp, 1);
+  EXPECT_FALSE(c.parallel.sequence_parallel);
+  EXPECT_EQ(c.parallel.zero, 0);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 2.0);
+  EXPECT_EQ(c.parallel.transport, "threads");
+  EXPECT_FALSE(c.parallel.check_replicas);
+}
+
+TEST(TrainConfig, BadParallelValuesNameTheKeyAndTheFix) {
+  std::string e = error_of("[parallel]\nzero = 2\n");
+  EXPECT_NE(e.find("'parallel.zero' = 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("use 0 (replicated optimizer state) or 1"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"parallel.zero=-1"}).find("'parallel.zero' = -1"), std::string::npos);
+  e = error_of("[parallel]\ndp = 0\n");
+  EXPECT_NE(e.find("'parallel.dp' = 0 must be a number of ranks from 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("HINT: use 1"), std::string::npos) << e;
+  e = error_of("", {"parallel.tp=-2"});
+  EXPECT_NE(e.find("'parallel.tp' = -2"), std::string::npos) << e;
+  e = error_of("[parallel]\ndp = 1.5\n");
+  EXPECT_NE(e.find("'parallel.dp' = 1.5 must be an integer"), std::string::npos) << e;
+  e = error_of("[parallel]\ntransport = \"nccl\"\n");
+  EXPECT_NE(e.find("'parallel.transport' = \"nccl\""), std::string::npos) << e;
+  EXPECT_NE(e.find("use \"threads\""), std::string::npos) << e;
+  e = error_of("[parallel]\nbucket_mb = 0\n");
+  EXPECT_NE(e.find("'parallel.bucket_mb' = 0 must be a positive size in MB"), std::string::npos)
+      << e;
+  EXPECT_NE(error_of("[parallel]\nbucket_mb = nan\n").find("positive size"), std::string::npos);
+  e = error_of("[parallel]\nsp = \"yes\"\n");
+  EXPECT_NE(e.find("'parallel.sp' = \"yes\" must be true or false"), std::string::npos) << e;
+  // Misspellings and other frameworks' names point at the key.
+  e = error_of("[parallel]\nzero_stage = 1\n");
+  EXPECT_NE(e.find("did you mean 'parallel.zero'"), std::string::npos) << e;
+  e = error_of("[parallel]\ntensor_model_parallel_size = 2\n");
+  EXPECT_NE(e.find("did you mean 'parallel.tp'"), std::string::npos) << e;
+  e = error_of("", {"parallel.bucket_size=2"});
+  EXPECT_NE(e.find("did you mean 'parallel.bucket_mb'"), std::string::npos) << e;
+  e = error_of("[parallel]\ncheck_replica = true\n");
+  EXPECT_NE(e.find("did you mean 'parallel.check_replicas'"), std::string::npos) << e;
+}
+
 TEST(TrainConfig, GlobalBatchIsDerivedOrRejectedWithTheFormula) {
   TrainConfig c;
   c.micro_batch = 4;

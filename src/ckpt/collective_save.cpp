@@ -1,0 +1,146 @@
+#include "ckpt/collective_save.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Each rank's outcome of one phase: "" on success, else why it failed.
+void expect_all_succeeded(Communicator& world, const std::string& error, std::string_view phase,
+                          const fs::path& target, std::chrono::milliseconds timeout) {
+  std::vector<std::string> errors = all_gather_strings(world, error, timeout);
+  std::string failed;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) failed += fmt::format("\n  rank {}: {}", r, errors[r]);
+  }
+  if (!failed.empty()) {
+    LATTICE_THROW(IoError,
+                  "checkpoint '{}' was not committed: {} failed on{} ---> HINT: fix the cause "
+                  "(disk space, permissions) and save again; the previous checkpoint is intact",
+                  target.string(), phase, failed);
+  }
+}
+
+// Runs `body` and returns "" or the message of what it threw.
+template <class Body>
+std::string capture_error(Body body) {
+  try {
+    body();
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> all_gather_strings(Communicator& world, const std::string& text,
+                                            std::chrono::milliseconds timeout) {
+  const CollectiveOptions options{.timeout = timeout};
+  const int n = world.size();
+  std::vector<int32_t> lengths(size_t(n), 0);
+  const auto length = int32_t(text.size());
+  world.all_gather(&length, lengths.data(), 1, DType::kI32, options);
+  const int32_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t words = (int64_t(longest) + 3) / 4;  // bytes travel as int32 words
+  std::vector<int32_t> mine(size_t(std::max<int64_t>(words, 1)), 0);
+  std::memcpy(mine.data(), text.data(), text.size());
+  std::vector<int32_t> all(mine.size() * size_t(n), 0);
+  world.all_gather(mine.data(), all.data(), int64_t(mine.size()), DType::kI32, options);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) {
+    const auto* bytes = reinterpret_cast<const char*>(all.data() + size_t(r) * mine.size());
+    out.emplace_back(bytes, size_t(lengths[size_t(r)]));
+  }
+  return out;
+}
+
+namespace {
+
+// The protocol for any target: `prepare` makes the empty staging directory (world rank 0),
+// every rank writes its file into it, `commit` turns the gathered results into the committed
+// checkpoint (world rank 0). Each phase's outcome reaches every rank.
+template <class Prepare, class Commit>
+void save_collectively(Communicator& world, const fs::path& staging, const fs::path& target,
+                       const std::vector<OwnedShard>& shards, const CommitOptions& options,
+                       Prepare prepare, Commit commit) {
+  const bool lead = world.rank() == 0;
+  const std::chrono::milliseconds timeout = options.peer_timeout;
+  auto abandon = [&] {  // only the staging directory, never a committed checkpoint
+    if (!lead) return;
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+  };
+
+  std::string error;
+  if (lead) error = capture_error(prepare);
+  expect_all_succeeded(world, error, "preparing the staging directory", target, timeout);
+
+  std::string result;
+  error = capture_error([&] {
+    result = rank_write_result_to_json(write_rank_shards(staging, world.rank(), shards)).dump();
+  });
+  try {
+    expect_all_succeeded(world, error, "writing shards", target, timeout);
+  } catch (const IoError&) {
+    abandon();
+    throw;
+  }
+  std::vector<std::string> results = all_gather_strings(world, result, timeout);
+
+  if (lead) {
+    error = capture_error([&] {
+      if (options.hook) options.hook(CommitStage::kShardsWritten);
+      std::vector<RankWriteResult> parsed;
+      for (const std::string& text : results) {
+        parsed.push_back(rank_write_result_from_json(nlohmann::json::parse(text)));
+      }
+      commit(std::move(parsed));
+    });
+    if (!error.empty()) abandon();
+  }
+  expect_all_succeeded(world, error, "the commit", target, timeout);
+}
+
+}  // namespace
+
+fs::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+                                 const std::vector<OwnedShard>& shards, Communicator& world,
+                                 const CommitOptions& options) {
+  const int64_t step = manifest.step;
+  save_collectively(
+      world, root.staging_dir(step), root.step_dir(step), shards, options,
+      [&] {
+        fs::create_directories(root.path());
+        root.prepare_staging(step);
+        if (options.hook) options.hook(CommitStage::kStagingCreated);
+      },
+      [&](std::vector<RankWriteResult> results) {
+        root.commit(std::move(manifest), results, options);
+      });
+  return root.step_dir(step);
+}
+
+void save_sharded_checkpoint_dir(const fs::path& dir, Manifest manifest,
+                                 const std::vector<OwnedShard>& shards, Communicator& world,
+                                 const CommitOptions& options) {
+  const fs::path staging = dir.string() + ".tmp";
+  save_collectively(
+      world, staging, dir, shards, options,
+      [&] {
+        fs::remove_all(staging);
+        fs::create_directories(staging);
+        if (options.hook) options.hook(CommitStage::kStagingCreated);
+      },
+      [&](std::vector<RankWriteResult> results) {
+        commit_checkpoint_dir(staging, dir, std::move(manifest), results, options);
+      });
+}
+
+}  // namespace lattice

@@ -1,0 +1,39 @@
+// A sharded checkpoint saved by every rank of a run at once (tp × dp, ZeRO): the two phases of
+// shard_writer.h with the coordination they leave to the caller.
+//
+//   world rank 0:  prepare_staging(step)                 -> outcome to every rank
+//   every rank:    write_rank_shards(staging, world rank) -> results (or errors) to every rank
+//   world rank 0:  commit(manifest, results)             -> outcome to every rank
+//
+// The atomic commit is unchanged: only rank 0 renames and updates `latest`, after every rank's
+// file is written and fsynced. A failure on any rank (a full disk, a bad shard) reaches every
+// rank as the same IoError naming the rank and why, and nothing is committed (the staging
+// directory is removed). Every rank must call it with the same manifest header.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "ckpt/shard_writer.h"
+#include "comm/communicator.h"
+
+namespace lattice {
+
+// `shards`: what this rank owns (a replicated tensor from its owner only). Returns
+// <root>/step_<manifest.step> on every rank. CommitOptions::hook is called on world rank 0.
+std::filesystem::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+                                              const std::vector<OwnedShard>& shards,
+                                              Communicator& world,
+                                              const CommitOptions& options = {});
+
+// The same into directory `dir` itself (staged in "<dir>.tmp"; an existing `dir` is replaced only
+// once the new one is complete): save_checkpoint's target, e.g. a run's "final".
+void save_sharded_checkpoint_dir(const std::filesystem::path& dir, Manifest manifest,
+                                 const std::vector<OwnedShard>& shards, Communicator& world,
+                                 const CommitOptions& options = {});
+
+// Every rank's `text`, in rank order, on every rank (lengths then padded bytes, as all-gathers).
+std::vector<std::string> all_gather_strings(Communicator& world, const std::string& text,
+                                            std::chrono::milliseconds timeout);
+
+}  // namespace lattice

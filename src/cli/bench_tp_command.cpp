@@ -1,0 +1,327 @@
+// `lattice bench tp`: the cost of tensor parallelism in a full training step.
+//
+//   lattice bench tp --preset gpt2-124m --batch 4 --seq 256 --steps 5 --warmup 2 --tp 1,2
+//       [--precision fp32|bf16] [--sp both|on|off]
+//
+// For each layout (tp = 1 once; every other tp without and/or with sequence parallelism) it runs
+// tp in-process ranks (threads transport), each on its own thread budget (1 by default), and
+// times training steps on random tokens: zero grads, forward, backward, reduce_partial_grads,
+// the global grad norm and clip, AdamW: the Trainer's step with one micro-batch and no data
+// files. Per step, a rank's time in tensor-parallel collectives is read from its model's
+// TensorParallel::stats(); the table gives medians over the timed steps of the step time and of
+// the communication fraction, both max over ranks (the step ends with its slowest rank), the
+// collectives and bytes of one step, and the speed-up over tp = 1 measured in the same run.
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/bench_parent.h"
+#include "cli/commands.h"
+#include "comm/thread_world.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "core/thread_budget.h"
+#include "core/timer.h"
+#include "model/transformer.h"
+#include "parallel/rank_sum.h"
+#include "train/grad_norm.h"
+#include "train/optimizer.h"
+
+namespace lattice::cli {
+namespace {
+
+// The Philox key of `lattice bench train`'s tokens (train_benchmark.cpp), so that the tp = 1
+// losses of both benchmarks start from the same batch.
+constexpr uint64_t kTokenKey = 0x62656e6368746f6bull;  // "benchtok"
+
+struct BenchTpArgs {
+  std::string preset = "gpt2-124m";
+  int64_t batch = 4;
+  int64_t seq = 256;
+  int steps = 5;
+  int warmup = 2;
+  std::vector<int> tp{1, 2};
+  std::string precision = "fp32";
+  std::string sp = "both";  // sequence parallelism for tp > 1: off, on or both
+  int threads = 1;          // per rank
+  uint64_t seed = 1337;
+  float lr = 1e-4f;
+};
+
+struct Layout {
+  int tp = 1;
+  bool sp = false;
+};
+
+// CPU time of the calling thread: a rank's own work (its thread budget is 1, so its kernels run
+// on this thread), without the time it waited blocked or sat preempted by other processes.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// One rank's timed steps.
+struct RankSteps {
+  std::vector<double> step_s;
+  std::vector<double> cpu_s;
+  std::vector<double> comm_s;
+  std::vector<int64_t> calls;
+  std::vector<int64_t> bytes;
+  std::vector<double> bus_bytes;
+  std::vector<double> losses;  // every step, warm-up included
+};
+
+struct LayoutResult {
+  Layout layout;
+  std::vector<double> step_ms;        // per timed step, max over ranks
+  std::vector<double> comm_fraction;  // per timed step, max over ranks of comm / step
+  std::vector<double> comm_ms;        // per timed step, max over ranks
+  std::vector<double> cpu_ms;         // per timed step, max over ranks
+  int64_t calls_per_step = 0;
+  int64_t bytes_per_step = 0;
+  double bus_bytes_per_step = 0;
+  double first_loss = 0, last_loss = 0;
+};
+
+double median(std::vector<double> values) {
+  LATTICE_CHECK(!values.empty(), "median of no values");
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five;
+  in >> one >> five;
+  return in ? fmt::format("{} (1 min) {} (5 min)", one, five) : "unknown";
+}
+
+DType parse_precision(const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  LATTICE_THROW(ValueError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
+}
+
+// tp ascending, so that tp = 1 (the baseline of the speed-up) runs first.
+std::vector<Layout> layouts(const BenchTpArgs& args) {
+  std::vector<int> sizes = args.tp;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::vector<Layout> out;
+  for (int tp : sizes) {
+    if (tp == 1) {  // a group of one has nothing to split: sequence parallelism does not apply
+      out.push_back({1, false});
+      continue;
+    }
+    if (args.sp != "on") out.push_back({tp, false});
+    if (args.sp != "off") out.push_back({tp, true});
+  }
+  return out;
+}
+
+// tokens, targets: i32 (B, T), uniform over the vocabulary; the same on every rank.
+void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed) {
+  PhiloxStream stream(seed, kTokenKey);
+  for (Tensor* t : {&tokens, &targets}) {
+    int32_t* data = t->data<int32_t>();
+    for (int64_t i = 0; i < t->numel(); ++i) data[i] = int32_t(stream.next_below(uint64_t(vocab)));
+  }
+}
+
+// The global gradient norm as the Trainer computes it: parameters replicated over tp are
+// counted on tp rank 0 only, so every element of the model counts once.
+double global_grad_norm(Transformer& model, Communicator& tp_group) {
+  const Tensor& grads = model.parameters().grads();
+  if (tp_group.size() == 1) return std::sqrt(grad_sum_squares(grads));
+  double local = 0.0;
+  for (const ParameterSpec& spec : model.registry().specs()) {
+    if (spec.shard.replicated() && tp_group.rank() != 0) continue;
+    const int64_t end = spec.offset + spec.local_shape.numel();
+    if (end > spec.offset) local += grad_sum_squares(grads.slice_rows(spec.offset, end));
+  }
+  return std::sqrt(sum_over_ranks(tp_group, {local})[0]);
+}
+
+RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, bool sp,
+                   Communicator& comm) {
+  set_thread_budget(args.threads);
+  Arena arena(fmt::format("bench-tp-rank{}", comm.rank()));
+  Transformer model(model_config, arena, parse_precision(args.precision),
+                    TensorParallel(&comm, sp));
+  model.initialize(args.seed);
+  AdamW optimizer(model.parameters(), arena, AdamWHyper{.weight_decay = 0.1f});  // as TrainConfig
+  Tensor tokens = Tensor::empty(arena, Shape({args.batch, args.seq}), DType::kI32);
+  Tensor targets = Tensor::empty(arena, Shape({args.batch, args.seq}), DType::kI32);
+  fill_random_tokens(tokens, targets, model_config.vocab_size, args.seed);
+  TensorParallel& tp = model.tensor_parallel();
+  const double tokens_per_step = double(args.batch * args.seq);
+
+  RankSteps out;
+  for (int step = 0; step < args.warmup + args.steps; ++step) {
+    comm.barrier();  // untimed: every rank starts the step together
+    tp.reset_stats();
+    Stopwatch watch;
+    const double cpu_start = thread_cpu_seconds();
+    // ---- training section (Trainer::train_step with one micro-batch) ----
+    ParameterStore& params = model.parameters();
+    params.zero_grads();
+    const ForwardResult r = model.forward(tokens, targets);
+    model.backward(float(1.0 / tokens_per_step));
+    model.reduce_partial_grads();
+    const double grad_norm = global_grad_norm(model, comm);
+    grad_norm_clip(params.grads(), grad_norm, 1.0f);
+    optimizer.step(args.lr);
+    // ---- end of training section ----
+    const double seconds = watch.seconds();
+    const double cpu_seconds = thread_cpu_seconds() - cpu_start;
+    const double loss = r.loss_sum / tokens_per_step;
+    if (!std::isfinite(loss)) {
+      LATTICE_THROW(ValueError, "bench tp: step {} of tp {} rank {} has loss {}", step, comm.size(),
+                    comm.rank(), loss);
+    }
+    out.losses.push_back(loss);
+    if (step < args.warmup) continue;
+    out.step_s.push_back(seconds);
+    out.cpu_s.push_back(cpu_seconds);
+    out.comm_s.push_back(tp.stats().seconds);
+    out.calls.push_back(tp.stats().calls);
+    out.bytes.push_back(tp.stats().bytes);
+    out.bus_bytes.push_back(tp.stats().bus_bytes);
+  }
+  return out;
+}
+
+LayoutResult run_layout(const BenchTpArgs& args, const ModelConfig& model_config, Layout layout) {
+  std::vector<RankSteps> ranks(size_t(layout.tp));
+  ThreadWorldOptions world;
+  // A rank may wait a whole step (seconds, more on a loaded machine) at the next barrier; this
+  // is a benchmark, not a lost peer.
+  world.config.timeout = std::chrono::minutes(5);
+  run_ranks(
+      layout.tp,
+      [&](Communicator& comm) {
+        ranks[size_t(comm.rank())] = run_rank(args, model_config, layout.sp, comm);
+      },
+      world);
+
+  LayoutResult result;
+  result.layout = layout;
+  const RankSteps& lead = ranks.front();
+  for (size_t s = 0; s < lead.step_s.size(); ++s) {
+    double step = 0, comm = 0, fraction = 0, cpu = 0;
+    for (const RankSteps& r : ranks) {
+      step = std::max(step, r.step_s[s]);
+      cpu = std::max(cpu, r.cpu_s[s]);
+      comm = std::max(comm, r.comm_s[s]);
+      fraction = std::max(fraction, r.comm_s[s] / r.step_s[s]);
+      LATTICE_CHECK(r.calls[s] == lead.calls[s] && r.bytes[s] == lead.bytes[s],
+                    "bench tp: ranks made different collectives in step {}", s);
+    }
+    result.step_ms.push_back(1e3 * step);
+    result.comm_ms.push_back(1e3 * comm);
+    result.cpu_ms.push_back(1e3 * cpu);
+    result.comm_fraction.push_back(fraction);
+  }
+  result.calls_per_step = lead.calls.back();
+  result.bytes_per_step = lead.bytes.back();
+  result.bus_bytes_per_step = lead.bus_bytes.back();
+  result.first_loss = lead.losses.front();
+  result.last_loss = lead.losses.back();
+  return result;
+}
+
+void check_args(const BenchTpArgs& args, const ModelConfig& model_config) {
+  if (args.seq > model_config.seq_len) {
+    LATTICE_THROW(ValueError,
+                  "bench tp: seq {} is longer than the model's context {} ---> HINT: pass a "
+                  "smaller --seq",
+                  args.seq, model_config.seq_len);
+  }
+  for (int tp : args.tp) {
+    if (tp * args.threads > available_cores()) {
+      LATTICE_THROW(ConfigError,
+                    "bench tp: --tp {} ranks x {} thread(s) need {} cores but {} are available "
+                    "---> HINT: ranks x threads must not exceed the cores (an oversubscribed "
+                    "run measures the scheduler); lower --tp or --threads",
+                    tp, args.threads, tp * args.threads, available_cores());
+    }
+  }
+}
+
+void run_bench_tp(const BenchTpArgs& args) {
+  const ModelConfig model_config = model_preset(args.preset);
+  check_args(args, model_config);
+  const int64_t tokens_per_step = args.batch * args.seq;
+  fmt::print(
+      "# lattice bench tp: {} B={} T={} ({} tokens/step), {}, {} warm-up + {} timed steps, {} "
+      "thread(s) per rank, threads transport\n",
+      args.preset, args.batch, args.seq, tokens_per_step, args.precision, args.warmup, args.steps,
+      args.threads);
+  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print(
+      "# ms/step and TP comm: medians over the timed steps of the max over ranks; comm is wall "
+      "time inside TensorParallel's collectives (waiting for the peer included)\n"
+      "# CPU ms: the rank thread's CPU time in the step (max over ranks); far below ms/step when "
+      "other processes take the cores\n"
+      "# MB/step: full buffers of the step's collectives (nccl-tests size); bus MB/step: what "
+      "each rank sends on a ring (all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n)\n");
+  fmt::print(
+      "# {:>3} {:>3} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>9} {:>16}\n",
+      "tp", "sp", "ms/step", "min ms", "max ms", "CPU ms", "tok/s", "speed-up", "TP comm",
+      "comm ms", "calls/step", "MB/step", "bus MB", "loss first->last");
+  double baseline_ms = 0;  // tp = 1 of this run
+  for (const Layout& layout : layouts(args)) {
+    const LayoutResult r = run_layout(args, model_config, layout);
+    const double ms = median(r.step_ms);
+    if (layout.tp == 1) baseline_ms = ms;
+    const std::string speedup = baseline_ms > 0 ? fmt::format("{:.2f}x", baseline_ms / ms) : "-";
+    const std::string sp = layout.tp == 1 ? "-" : layout.sp ? "on" : "off";
+    fmt::print(
+        "  {:>3} {:>3} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f} {:>8} {:>7.1f}% {:>9.1f} "
+        "{:>10} "
+        "{:>9.1f} {:>9.1f} {:>7.4f}->{:.4f}\n",
+        layout.tp, sp, ms, *std::min_element(r.step_ms.begin(), r.step_ms.end()),
+        *std::max_element(r.step_ms.begin(), r.step_ms.end()), median(r.cpu_ms),
+        double(tokens_per_step) / (ms / 1e3), speedup, 100 * median(r.comm_fraction),
+        median(r.comm_ms), r.calls_per_step, double(r.bytes_per_step) / 1e6,
+        r.bus_bytes_per_step / 1e6, r.first_loss, r.last_loss);
+    std::fflush(stdout);  // rows arrive a minute apart: show each as it is measured
+  }
+  fmt::print("# load average at end: {}\n", load_average());
+}
+
+}  // namespace
+
+void register_bench_tp_command(CLI::App& app) {
+  CLI::App* bench = bench_parent(app);
+  auto args = std::make_shared<BenchTpArgs>();
+  CLI::App* cmd = bench->add_subcommand(
+      "tp", "Training steps per tensor-parallel layout: ms/step, fraction in TP collectives");
+  cmd->add_option("--preset", args->preset, "model preset (random init)");
+  cmd->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tp", args->tp, "tensor-parallel sizes, e.g. 1,2 (1 is the baseline)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", args->precision, "fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--sp", args->sp, "sequence parallelism for tp > 1: off, on or both")
+      ->check(CLI::IsMember({"off", "on", "both"}));
+  cmd->add_option("--threads", args->threads, "threads per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "initialisation and token seed");
+  cmd->callback([args] { run_bench_tp(*args); });
+}
+
+}  // namespace lattice::cli

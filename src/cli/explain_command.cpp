@@ -1,0 +1,304 @@
+// `lattice explain CONFIG [--tp N] [--sp] [--dp N] [--zero 0|1] [--pp P --schedule KIND
+// --micro-batches M --virtual-stages V] [--rank R] [--set key=value ...]`: prints, before anything
+// runs and without allocating the model, what one rank holds and sends (DESIGN.md invariant 2):
+// the layout, its parameter table, the activations of one micro-batch, the ordered
+// tensor-parallel collectives of one forward and backward, and with --pp the stage's layers
+// (train/pipeline_stage.h's partition), the pipeline schedule as a grid and each stage's
+// activation memory. The tables come from model/model_description.h, tested equal to what the
+// model allocates and records when it runs. A layout the model cannot take is a ConfigError
+// (exit 1). --tp, --sp, --dp and --zero default to the config's [parallel] section.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/model_description.h"
+#include "parallel/device_mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/schedule_grid.h"
+#include "parallel/zero_shards.h"
+#include "train/pipeline_stage.h"
+#include "train/train_config.h"
+
+namespace lattice::cli {
+
+namespace {
+
+struct ExplainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  // 0 / -1 / unset: from the config's [parallel] section.
+  int tp = 0;
+  bool sp = false;
+  int dp = 0;
+  int zero = -1;
+  int pp = 1;
+  std::string schedule = "1f1b";
+  int micro_batches = 0;  // 0: the config's batch.micro_batches
+  int virtual_stages = 1;
+  int rank = 0;
+  std::string recompute = "none";
+};
+
+std::string bytes_text(int64_t bytes) {
+  const double b = double(bytes);
+  if (bytes < (int64_t(1) << 10)) return fmt::format("{} B", bytes);
+  if (bytes < (int64_t(1) << 20)) return fmt::format("{:.1f} KiB", b / 1024.0);
+  if (bytes < (int64_t(1) << 30)) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+std::string shape_text(const Shape& shape) {
+  return shape.to_string();
+}
+
+// Characters of UTF-8 text (labels such as "Σexp"): fmt pads by characters, not bytes.
+size_t text_width(const std::string& text) {
+  return size_t(std::count_if(text.begin(), text.end(), [](char ch) {
+    return (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  }));
+}
+
+// Columns padded to their widest cell; the last column is not padded.
+void print_table(const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = text_width(header[c]);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], text_width(row[c]));
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line = " ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += c + 1 < row.size() ? fmt::format(" {:<{}} ", row[c], width[c]) : " " + row[c];
+      if (c + 1 < row.size()) line += "|";
+    }
+    fmt::print("{}\n", line);
+  };
+  print_row(header);
+  size_t total = 1;
+  for (size_t w : width) total += w + 3;
+  fmt::print(" {}\n", std::string(total, '-'));
+  for (const auto& row : rows) print_row(row);
+}
+
+void print_parameters(const ParameterTable& table, int rank, int tp_rank, const ExplainArgs& args,
+                      const std::string& zero_note) {
+  fmt::print("\nparameters on rank {} (tp rank {} of {}):\n", rank, tp_rank, args.tp);
+  std::vector<std::vector<std::string>> rows;
+  for (const ParameterRow& p : table.rows) {
+    rows.push_back({p.name, shape_text(p.global_shape), shape_text(p.local_shape), p.shard, p.dtype,
+                    bytes_text(p.bytes)});
+  }
+  print_table({"name", "global shape", "local shape", "shard", "dtype", "bytes"}, rows);
+  fmt::print(
+      "  {} parameters in the model, {} on this rank ({} in its flat store, 16-element aligned)\n"
+      "  parameters {} | gradients {} (of which {} elements summed over tp once per step) | "
+      "optimizer state (AdamW m, v) {}{}\n",
+      table.global_elements, table.local_elements, table.store_elements,
+      bytes_text(table.parameter_bytes), bytes_text(table.gradient_bytes),
+      table.partial_grad_elements, bytes_text(table.optimizer_bytes), zero_note);
+}
+
+void print_activations(const ActivationTable& table, const RankWorkload& w, int rank) {
+  fmt::print("\nactivations of one micro-batch (B={}, T={}: {} token rows) on rank {}:\n",
+             w.micro_batch, w.tokens() / w.micro_batch, w.tokens(), rank);
+  std::vector<std::vector<std::string>> rows;
+  for (const ActivationRow& a : table.rows) {
+    rows.push_back({a.name, shape_text(a.global_shape), shape_text(a.local_shape), a.split,
+                    std::string(dtype_name(a.dtype)), bytes_text(a.bytes)});
+  }
+  print_table({"name", "global shape", "local shape", "split", "dtype", "bytes"}, rows);
+  fmt::print(
+      "  per micro-batch in flight {} | scratch shared by all micro-batches {} | total {} ({} "
+      "buffers)\n",
+      bytes_text(table.slot_bytes), bytes_text(table.scratch_bytes), bytes_text(table.total_bytes),
+      table.rows.size());
+}
+
+std::string phase_of(const CollectiveRecord& r) {
+  if (r.what.ends_with("(fwd)") || r.what.starts_with("logits")) return "forward";
+  if (r.what.ends_with("(bwd)")) return "backward";
+  return "step";
+}
+
+void print_collectives(const std::vector<CollectiveRecord>& records, const ExplainArgs& args) {
+  if (args.tp == 1) {
+    fmt::print(
+        "\ntensor-parallel collectives: none (tp = 1; the model's {} calls on a group of one "
+        "communicate nothing)\n",
+        records.size());
+    return;
+  }
+  fmt::print(
+      "\ntensor-parallel collectives of one micro-batch's forward and backward{}, in order "
+      "(group tp, {} ranks{}; sizes are the full buffer):\n",
+      args.pp > 1 ? " on this stage" : "", args.tp, args.sp ? ", sequence parallel" : "");
+  std::vector<std::vector<std::string>> rows;
+  struct OpTotal {
+    int calls = 0;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, OpTotal> per_op;
+  int64_t micro_batch_bytes = 0, step_bytes = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CollectiveRecord& r = records[i];
+    const std::string phase = phase_of(r);
+    rows.push_back({fmt::format("{}", i), phase, r.op, r.what, "tp", fmt::format("{}", r.elements),
+                    std::string(dtype_name(r.dtype)), bytes_text(collective_bytes(r))});
+    per_op[r.op].calls += 1;
+    per_op[r.op].bytes += collective_bytes(r);
+    (phase == "step" ? step_bytes : micro_batch_bytes) += collective_bytes(r);
+  }
+  print_table({"#", "phase", "op", "what", "group", "elements", "dtype", "bytes"}, rows);
+  for (const auto& [op, total] : per_op) {
+    fmt::print("  {:<15} {:>4} call{} {:>12}\n", op, total.calls, total.calls == 1 ? " " : "s",
+               bytes_text(total.bytes));
+  }
+  fmt::print("  per micro-batch {} | once per step (after the last backward) {}\n",
+             bytes_text(micro_batch_bytes), bytes_text(step_bytes));
+}
+
+std::string part_text(const ModelPart& part) {
+  std::string text;
+  for (size_t c = 0; c < part.chunks.size(); ++c) {
+    const LayerChunk& k = part.chunks[c];
+    text += fmt::format("{}chunk {}: layers [{}, {}){}{}", c == 0 ? "" : "; ", c, k.first_layer,
+                        k.last_layer, k.embedding ? " + embedding" : "",
+                        k.head ? " + final norm, head and loss" : "");
+  }
+  return text;
+}
+
+// The schedule grid, then each stage's layers and activation memory: the trainer keeps one
+// activation slot per micro-batch in flight at the stage's peak, plus one shared scratch.
+void print_schedule(const ExplainArgs& args, const RankWorkload& rank_workload,
+                    const std::vector<ModelPart>& stage_parts, int micro_batches) {
+  const Schedule schedule = make_schedule(parse_schedule_kind(args.schedule), args.pp,
+                                          micro_batches, args.virtual_stages);
+  const Timeline timeline = simulate(schedule);
+  fmt::print("\npipeline schedule (unit costs: forward 1, backward-input 1, backward-weight 1):\n");
+  // The grid ends with the peak in-flight micro-batches per stage (peak_in_flight) and the
+  // bubble fraction.
+  fmt::print("{}", render_schedule_grid(schedule, timeline));
+  const std::vector<int> peak = peak_in_flight(schedule);
+  fmt::print("\nactivation memory per stage (tp rank {}):\n", rank_workload.tp.rank);
+  for (int stage = 0; stage < args.pp; ++stage) {
+    RankWorkload w = rank_workload;
+    w.part = stage_parts[size_t(stage)];
+    const ActivationTable acts = activation_table(w);
+    const int slots = std::max(1, peak[size_t(stage)]);
+    fmt::print("  stage {}: {} slot(s) × {} + scratch {} = {} | {}\n", stage, slots,
+               bytes_text(acts.slot_bytes), bytes_text(acts.scratch_bytes),
+               bytes_text(slots * acts.slot_bytes + acts.scratch_bytes), part_text(w.part));
+  }
+}
+
+void run_explain(ExplainArgs args) {
+  TrainConfig config = load_train_config(args.config, args.overrides);
+  // Flags override the config's [parallel] section.
+  if (args.tp == 0) args.tp = config.parallel.tp;
+  if (args.dp == 0) args.dp = config.parallel.dp;
+  if (args.zero < 0) args.zero = config.parallel.zero;
+  args.sp = args.sp || config.parallel.sequence_parallel;
+  const MeshShape mesh{args.pp, args.dp, args.tp};
+  validate_mesh(mesh, mesh.world_size());
+  if (args.rank < 0 || args.rank >= mesh.world_size()) {
+    LATTICE_THROW(ConfigError,
+                  "--rank {} is outside the {} ranks of {} ---> HINT: give a rank in [0, {})",
+                  args.rank, mesh.world_size(), mesh.to_string(), mesh.world_size());
+  }
+  const MeshCoordinates at = mesh_coordinates(mesh, args.rank);
+  // --micro-batches is batch.micro_batches: the global batch follows (or must agree).
+  if (args.micro_batches > 0) config.micro_batches = args.micro_batches;
+  config.resolve_batch(args.dp);
+  const int micro_batches = int(config.micro_batches);
+  const bool pipeline = args.pp > 1 || args.virtual_stages > 1;
+
+  RankWorkload w{config.model,
+                 {args.tp, at.tp, args.sp},
+                 config.micro_batch,
+                 config.seq_len,
+                 config.compute_dtype};
+  w.recompute = parse_recompute(args.recompute);
+  // Zero-bubble schedules split backward: the weight gradients' inputs wait in the slot.
+  w.deferred_weights =
+      pipeline && parse_schedule_kind(args.schedule) == ScheduleKind::kZeroBubbleH1;
+  // Every description first: a layout the model cannot take fails before anything is printed.
+  std::vector<ModelPart> stage_parts;
+  if (pipeline) {
+    const StagePartition partition = partition_model(config.model, args.pp, args.virtual_stages);
+    for (int stage = 0; stage < args.pp; ++stage) {
+      stage_parts.push_back(stage_part(partition, args.pp, stage));
+    }
+    w.part = stage_parts[size_t(at.pp)];
+  }
+  ParameterTable params = parameter_table(w);
+  std::string zero_note = args.dp > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
+  if (args.zero == 1 && args.dp > 1) {
+    const FlatRange shard = zero_shard(params.store_elements, args.dp, at.dp);
+    params = parameter_table(w, shard.size());
+    zero_note = fmt::format(" (ZeRO 1: dp rank {}'s shard of {})", at.dp, args.dp);
+  }
+  const ActivationTable acts = activation_table(w);
+  const std::vector<CollectiveRecord> collectives = tensor_parallel_collectives(w);
+
+  const ModelConfig& m = config.model;
+  fmt::print(
+      "lattice explain: {} ({}, {} layers, C={}, {} heads / {} kv heads, F={}, V={}) | {}\n",
+      m.name, family_name(m.family), m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff,
+      m.vocab_size,
+      config.compute_dtype == DType::kF32 ? "fp32" : "bf16 compute, fp32 master and gradients");
+  fmt::print(
+      "layout: {} = {} ranks (tp fastest){} | rank {} is {} | global batch {} = micro-batch {} × "
+      "{} micro-batches × dp {}, T={}\n",
+      mesh.to_string(), mesh.world_size(), args.sp && args.tp > 1 ? ", sequence parallel" : "",
+      args.rank, at.to_string(), config.global_batch, config.micro_batch, config.micro_batches,
+      args.dp, config.seq_len);
+  if (pipeline) fmt::print("pipeline stage {} holds {}\n", at.pp, part_text(w.part));
+  print_parameters(params, args.rank, at.tp, args, zero_note);
+  print_activations(acts, w, args.rank);
+  print_collectives(collectives, args);
+  if (pipeline) print_schedule(args, w, stage_parts, micro_batches);
+}
+
+}  // namespace
+
+void register_explain_command(CLI::App& app) {
+  auto args = std::make_shared<ExplainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "explain", "Print what each rank holds and sends for a layout, before anything runs");
+  cmd->add_option("config", args->config, "The train TOML config (see configs/)")->required();
+  cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
+      ->allow_extra_args(false);
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (default: parallel.tp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--sp", args->sp,
+                "Sequence parallelism within the tensor-parallel group (default: parallel.sp)");
+  cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--zero", args->zero,
+                  "ZeRO stage over dp: 0 replicated, 1 optimizer sharded (default: parallel.zero)")
+      ->check(CLI::Range(0, 1));
+  cmd->add_option("--pp", args->pp, "Pipeline stages")->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
+  cmd->add_option("--micro-batches", args->micro_batches,
+                  "Micro-batches per step (overrides batch.micro_batches)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--virtual-stages", args->virtual_stages, "Model chunks per pipeline rank")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", args->recompute,
+                  "Activation recompute: none, selective (attention core), full (layer inputs "
+                  "kept only)");
+  cmd->add_option("--rank", args->rank, "The world rank to describe (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([args] { run_explain(*args); });
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,181 @@
+#include "plan/validation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace lattice::plan {
+namespace {
+
+constexpr double kKiB = 1024.0;
+
+std::string format_value(const ValidationRow& row, double value) {
+  if (row.is_time) return fmt::format("{:.2f} ms", value * 1e3);
+  return fmt::format("{:.1f} KiB", value / kKiB);
+}
+
+std::string format_ratio(const ValidationRow& row) {
+  if (row.measured <= 0) return row.predicted <= 0 ? "-" : "inf";
+  return fmt::format("{:.3f}", row.ratio());
+}
+
+[[noreturn]] void bad_layout(const std::string& text) {
+  LATTICE_THROW(ConfigError,
+                "validation layout '{}' is not understood ---> HINT: write dp<N>, tp<N>, "
+                "zero<K> and sp joined by '+' or nothing, e.g. dp1tp1, dp2, tp2, tp2+sp, "
+                "dp2+zero1",
+                text);
+}
+
+}  // namespace
+
+bool ValidationRow::flagged() const {
+  if (predicted <= 0 && measured <= 0) return false;
+  if (predicted <= 0 || measured <= 0) return true;
+  const double r = predicted / measured;
+  if (is_time) return std::max(r, 1.0 / r) > tolerance;
+  return std::abs(r - 1.0) > tolerance;
+}
+
+int LayoutValidation::flagged_count() const {
+  return int(std::count_if(rows.begin(), rows.end(),
+                           [](const ValidationRow& row) { return row.flagged(); }));
+}
+
+LayoutValidation compare_layout(std::string name, const Layout& layout,
+                                const MemoryBreakdown& memory, const TimeBreakdown& time,
+                                const MeasuredRun& measured, const ValidationTolerance& tolerance) {
+  LayoutValidation v;
+  v.name = std::move(name);
+  v.layout = layout;
+  v.predicted_memory = memory;
+  v.predicted_time = time;
+  v.measured = measured;
+  const double activations =
+      memory.activations + memory.recompute_working + memory.embedding_activations + memory.logits;
+  const double other = memory.communication_buffers + memory.zero3_gathered;
+  const double total = memory.total - memory.fragmentation;
+  auto bytes = [&](const char* quantity, double predicted, double measured_bytes, double tol) {
+    v.rows.push_back({.quantity = quantity,
+                      .predicted = predicted,
+                      .measured = measured_bytes,
+                      .is_time = false,
+                      .tolerance = tol});
+  };
+  bytes("parameters", memory.parameters, measured.parameters, tolerance.model_states);
+  bytes("gradients", memory.gradients, measured.gradients, tolerance.model_states);
+  bytes("optimizer states", memory.optimizer_states, measured.optimizer_states,
+        tolerance.model_states);
+  bytes("activations", activations, measured.activations, tolerance.activations);
+  bytes("other buffers", other, measured.other, tolerance.activations);
+  bytes("total", total, measured.total, tolerance.total);
+  v.rows.push_back({.quantity = "step time",
+                    .predicted = time.step,
+                    .measured = measured.step_seconds,
+                    .is_time = true,
+                    .tolerance = tolerance.time_factor});
+  return v;
+}
+
+std::string validation_layout_name(const Layout& layout) {
+  std::string name;
+  if (layout.dp > 1 || layout.tp == 1) name += fmt::format("dp{}", layout.dp);
+  if (layout.tp > 1 || layout.dp == 1)
+    name += fmt::format("{}tp{}", name.empty() ? "" : " ", layout.tp);
+  if (layout.sequence_parallel) name += " sp";
+  if (layout.zero > 0) name += fmt::format(" zero{}", layout.zero);
+  return name;
+}
+
+Layout parse_validation_layout(const std::string& text) {
+  Layout layout;
+  bool dp_seen = false, tp_seen = false;
+  size_t i = 0;
+  auto number = [&](size_t& at) -> int64_t {
+    const size_t start = at;
+    while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) ++at;
+    if (at == start || at - start > 6) bad_layout(text);
+    return std::stoll(text.substr(start, at - start));
+  };
+  auto starts = [&](std::string_view word) { return text.compare(i, word.size(), word) == 0; };
+  while (i < text.size()) {
+    if (text[i] == '+' || text[i] == ' ' || text[i] == ',') {
+      ++i;
+    } else if (starts("dp") && !dp_seen) {
+      i += 2;
+      layout.dp = number(i);
+      dp_seen = true;
+    } else if (starts("tp") && !tp_seen) {
+      i += 2;
+      layout.tp = number(i);
+      tp_seen = true;
+    } else if (starts("zero")) {
+      i += 4;
+      layout.zero = int(number(i));
+    } else if (starts("sp")) {
+      i += 2;
+      layout.sequence_parallel = true;
+    } else {
+      bad_layout(text);
+    }
+  }
+  if ((!dp_seen && !tp_seen) || layout.dp < 1 || layout.tp < 1) bad_layout(text);
+  if (layout.sequence_parallel && layout.tp < 2) {
+    LATTICE_THROW(ConfigError,
+                  "validation layout '{}': sequence parallelism needs tp > 1 ---> HINT: write "
+                  "tp2+sp",
+                  text);
+  }
+  if (layout.zero > 0 && layout.dp < 2) {
+    LATTICE_THROW(ConfigError,
+                  "validation layout '{}': ZeRO shards over dp, which is 1 ---> HINT: write "
+                  "dp2+zero1",
+                  text);
+  }
+  return layout;
+}
+
+std::string format_validation(const std::vector<LayoutValidation>& layouts) {
+  std::string out = fmt::format("{:<14} {:<17} {:>14} {:>14} {:>8}  {}\n", "layout", "quantity",
+                                "predicted", "measured", "ratio", "within");
+  for (const LayoutValidation& v : layouts) {
+    for (const ValidationRow& row : v.rows) {
+      const std::string within =
+          row.flagged() ? (row.is_time ? fmt::format("NO (factor > {:.1f})", row.tolerance)
+                                       : fmt::format("NO (> {:.0f}%)", row.tolerance * 100.0))
+                        : (row.is_time ? fmt::format("yes (factor {:.1f})", row.tolerance)
+                                       : fmt::format("yes ({:.0f}%)", row.tolerance * 100.0));
+      out += fmt::format("{:<14} {:<17} {:>14} {:>14} {:>8}  {}\n", v.name, row.quantity,
+                         format_value(row, row.predicted), format_value(row, row.measured),
+                         format_ratio(row), within);
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const LayoutValidation& v) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ValidationRow& row : v.rows) {
+    rows.push_back({{"quantity", row.quantity},
+                    {"unit", row.is_time ? "s" : "bytes"},
+                    {"predicted", row.predicted},
+                    {"measured", row.measured},
+                    {"ratio", row.ratio()},
+                    {"tolerance", row.tolerance},
+                    {"flagged", row.flagged()}});
+  }
+  return {{"layout", v.name},
+          {"dp", v.layout.dp},
+          {"tp", v.layout.tp},
+          {"zero", v.layout.zero},
+          {"sequence_parallel", v.layout.sequence_parallel},
+          {"micro_batch", v.layout.micro_batch},
+          {"rows", rows},
+          {"flagged", v.flagged_count()}};
+}
+
+}  // namespace lattice::plan

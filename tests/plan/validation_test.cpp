@@ -1,0 +1,254 @@
+// The planner against the code it plans for: parameters, gradients and optimizer states that
+// the memory model predicts (runtime model 'lattice') equal the live bytes of a constructed
+// Trainer's arena per category, up to the parameter store's 16-element alignment of every tensor
+// and of a ZeRO shard, which each test accounts for exactly; after one step the activation
+// buffers equal the runtime's activation model (plan/lattice_activations.h). Plus the comparison
+// table's ratios, flags and layout names (plan/validation.h).
+#include "plan/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../train/test_corpus.h"
+#include "core/error.h"
+#include "plan/cluster_spec.h"
+#include "plan/evaluation.h"
+#include "plan/memory_model.h"
+#include "plan/model_presets.h"
+#include "train/layout_run.h"
+
+namespace lattice::plan {
+namespace {
+
+constexpr int64_t kGlobalBatch = 4;
+
+struct Case {
+  const char* model;
+  const char* layout;
+  const char* precision;  // the trainer's compute dtype
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " " << c.layout << " " << c.precision;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name =
+      fmt::format("{}_{}_{}", info.param.model, info.param.layout, info.param.precision);
+  for (char& ch : name) {
+    if (ch == '-' || ch == '+') ch = '_';
+  }
+  return name;
+}
+
+// "gpt2-odd": gpt2-tiny with widths that are not multiples of 16 (norms of 40, 100 hidden
+// features, 250 vocabulary rows), so that the store's alignment padding and an uneven ZeRO shard
+// occur, and without biases (LayerNorms without bias too, like configs/shakespeare-char.toml).
+constexpr const char* kOddModel = "gpt2-odd";
+
+template <typename Config>
+void make_odd(Config& c, int64_t& d_model, int64_t& d_ff, int64_t& vocab, bool& bias) {
+  c.name = kOddModel;
+  bias = false;  // nanoGPT's bias=False: no linear and no LayerNorm biases
+  d_model = 40;  // 4 heads of 10
+  d_ff = 100;
+  vocab = 250;
+}
+
+ModelSpec planner_model(const std::string& name) {
+  if (name != kOddModel) return model_preset(name);  // the planner's preset of the trainer's
+  ModelSpec spec = model_preset("gpt2-tiny");
+  make_odd(spec, spec.d_model, spec.d_ff, spec.vocab_size, spec.biases);
+  spec.padded_vocab_size = spec.vocab_size;  // 125 rows on each of 2 tp ranks
+  return spec;
+}
+
+ModelConfig trainer_model(const std::string& name) {
+  if (name != kOddModel) return lattice::model_preset(name);
+  ModelConfig config = lattice::model_preset("gpt2-tiny");
+  make_odd(config, config.d_model, config.d_ff, config.vocab_size, config.bias);
+  return config;
+}
+
+TrainingSetup lattice_setup(const std::string& model, const Layout& layout, Precision precision) {
+  TrainingSetup setup;
+  setup.model = planner_model(model);
+  setup.cluster = cluster_preset("dgx-h100");
+  setup.devices = layout.devices();
+  setup.global_batch = kGlobalBatch;
+  setup.seq_len = setup.model.max_seq_len;
+  setup.precision = precision;
+  setup.fp32_gradients = true;
+  setup.runtime = Runtime::kLattice;
+  return setup;
+}
+
+size_t live(const MemoryStats& stats, MemoryCategory category) {
+  return stats.live_by_category[size_t(category)];
+}
+
+class ModelStatesMatchTheArena : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelStatesMatchTheArena, PredictedBytesEqualLiveBytesOfAConstructedTrainer) {
+  const Case c = GetParam();
+  Layout layout = parse_validation_layout(c.layout);
+  layout.micro_batch = kGlobalBatch / layout.dp;
+  const bool bf16 = std::string_view(c.precision) == "bf16";
+  const TrainingSetup setup =
+      lattice_setup(c.model, layout, bf16 ? Precision::kBf16 : Precision::kFp32);
+  ASSERT_FALSE(check_layout(setup, layout).has_value());
+  const MemoryBreakdown predicted = estimate_memory(setup, layout);
+
+  TrainConfig config;
+  config.model = trainer_model(c.model);
+  config.data_dir =
+      testing::make_corpus_dir(std::string("plan_validation_") + case_name({c, 0})).string();
+  config.global_batch = kGlobalBatch;
+  config.micro_batches = 1;
+  config.seq_len = config.model.seq_len;
+  config.compute_dtype = bf16 ? DType::kBF16 : DType::kF32;
+  const LayoutRunResult run = run_layout(config, {.dp = int(layout.dp),
+                                                  .tp = int(layout.tp),
+                                                  .sequence_parallel = layout.sequence_parallel,
+                                                  .zero = layout.zero,
+                                                  .threads = 1,
+                                                  .warmup_steps = 0,
+                                                  .steps = 1});
+
+  // The planner counts exactly the local shards' elements; the store pads every tensor.
+  EXPECT_DOUBLE_EQ(predicted.parameter_count, double(run.unpadded_elements));
+  const int64_t padding = run.store_elements - run.unpadded_elements;
+  EXPECT_GE(padding, 0);
+  if (std::string_view(c.model) == kOddModel) {
+    EXPECT_GT(padding, 0) << "the case meant to pad";
+  }
+  EXPECT_LT(padding, 16 * 64) << "at most 15 elements for each of fewer than 64 tensors";
+
+  const double parameter_bytes = bf16 ? 4.0 + 2.0 : 4.0;  // f32 master (+ bf16 compute copy)
+  EXPECT_DOUBLE_EQ(predicted.parameters,
+                   double(live(run.constructed, MemoryCategory::kParameters)) -
+                       parameter_bytes * double(padding));
+  // Gradients: the f32 buffer of the store, and under sequence parallelism the packed partial
+  // gradients of the replicated parameters (unpadded).
+  EXPECT_DOUBLE_EQ(predicted.gradients, double(live(run.constructed, MemoryCategory::kGradients)) -
+                                            4.0 * double(padding));
+
+  const double optimizer_live = double(live(run.constructed, MemoryCategory::kOptimizerState));
+  EXPECT_DOUBLE_EQ(optimizer_live, 8.0 * double(run.optimizer_elements));  // m and v, f32
+  if (layout.zero == 0) {
+    EXPECT_EQ(run.optimizer_elements, run.store_elements);
+    EXPECT_DOUBLE_EQ(predicted.optimizer_states, optimizer_live - 8.0 * double(padding));
+  } else {
+    // Rank 0's ZeRO shard: ceil(P / dp) of the padded store, rounded up to 16 elements.
+    const int64_t shard = (run.store_elements + layout.dp - 1) / layout.dp;
+    EXPECT_EQ(run.optimizer_elements, (shard + 15) / 16 * 16);
+    const double exact = predicted.optimizer_states + 8.0 * double(padding) / double(layout.dp);
+    EXPECT_GE(optimizer_live, exact);
+    EXPECT_LT(optimizer_live, exact + 8.0 * 16.0);
+  }
+  // Nothing else is allocated before the first step but the token batch (i32 inputs and
+  // targets of one micro-batch, counted as activations); no communication buffers.
+  EXPECT_EQ(live(run.constructed, MemoryCategory::kActivations),
+            size_t(2 * 4 * layout.micro_batch * setup.seq_len));
+  EXPECT_DOUBLE_EQ(predicted.communication_buffers, 0.0);
+  EXPECT_EQ(live(run.constructed, MemoryCategory::kCommunication), 0u);
+
+  // After a step: the activation buffers of one micro-batch (lattice_activations.h), exactly.
+  const double activations = predicted.activations + predicted.recompute_working +
+                             predicted.embedding_activations + predicted.logits;
+  EXPECT_DOUBLE_EQ(activations,
+                   double(run.finished.peak_by_category[size_t(MemoryCategory::kActivations)]));
+  EXPECT_TRUE(std::isfinite(run.losses.at(0)));
+
+  // The Megatron model (bf16 parameters, master with the optimizer) would not match bf16 runs.
+  if (bf16) {
+    TrainingSetup megatron = setup;
+    megatron.runtime = Runtime::kMegatron;
+    EXPECT_LT(estimate_memory(megatron, layout).parameters, 0.5 * predicted.parameters);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ModelStatesMatchTheArena,
+    ::testing::Values(Case{"gpt2-tiny", "dp1tp1", "fp32"}, Case{"gpt2-tiny", "dp1tp1", "bf16"},
+                      Case{"gpt2-tiny", "tp2", "fp32"}, Case{"gpt2-tiny", "tp2+sp", "bf16"},
+                      Case{"gpt2-tiny", "dp2+zero1", "bf16"}, Case{"gpt2-tiny", "dp2", "fp32"},
+                      Case{"llama-tiny", "dp1tp1", "bf16"}, Case{"llama-tiny", "tp2", "bf16"},
+                      Case{"llama-tiny", "tp2+sp", "fp32"},
+                      Case{"shakespeare-char", "tp2+sp", "fp32"}, Case{kOddModel, "dp1tp1", "bf16"},
+                      Case{kOddModel, "tp2+sp", "fp32"}, Case{kOddModel, "dp2+zero1", "fp32"}),
+    case_name);
+
+// ---- the comparison itself ----
+
+TEST(ValidationRows, RatiosAndFlagsFollowTheTolerances) {
+  MemoryBreakdown memory;
+  memory.parameters = 1000;
+  memory.gradients = 1000;
+  memory.optimizer_states = 2000;
+  memory.activations = 300;
+  memory.logits = 100;
+  memory.embedding_activations = 20;
+  memory.fragmentation = 50;
+  memory.total = 4000 + 420 + 50;
+  TimeBreakdown time;
+  time.step = 0.010;
+  MeasuredRun measured{.parameters = 1008,  // 0.8% off: within 1%
+                       .gradients = 1030,   // 2.9% off: flagged
+                       .optimizer_states = 2000,
+                       .activations = 840,  // predicted 420: ratio 0.5, flagged
+                       .other = 0,
+                       .total = 5000,
+                       .step_seconds = 0.025};  // factor 2.5 > 2: flagged
+  const LayoutValidation v = compare_layout("dp1 tp1", Layout{}, memory, time, measured, {});
+  ASSERT_EQ(v.rows.size(), 7u);
+  EXPECT_EQ(v.rows[0].quantity, "parameters");
+  EXPECT_FALSE(v.rows[0].flagged());
+  EXPECT_TRUE(v.rows[1].flagged());
+  EXPECT_FALSE(v.rows[2].flagged());
+  EXPECT_DOUBLE_EQ(v.rows[3].predicted, 420);
+  EXPECT_DOUBLE_EQ(v.rows[3].ratio(), 0.5);
+  EXPECT_TRUE(v.rows[3].flagged());
+  EXPECT_FALSE(v.rows[4].flagged()) << "nothing predicted, nothing measured";
+  EXPECT_DOUBLE_EQ(v.rows[5].predicted, 4420) << "the total leaves out the fragmentation allowance";
+  EXPECT_TRUE(v.rows[5].flagged());  // 4420 / 5000 = 0.884
+  EXPECT_TRUE(v.rows[6].is_time);
+  EXPECT_DOUBLE_EQ(v.rows[6].ratio(), 0.4);
+  EXPECT_TRUE(v.rows[6].flagged());
+  EXPECT_EQ(v.flagged_count(), 4);
+
+  measured.step_seconds = 0.006;  // predicted 1.67× slower: within a factor 2
+  EXPECT_FALSE(compare_layout("x", Layout{}, memory, time, measured, {}).rows[6].flagged());
+  measured.other = 64;  // something allocated that the planner does not predict
+  EXPECT_TRUE(compare_layout("x", Layout{}, memory, time, measured, {}).rows[4].flagged());
+
+  const std::string table = format_validation({v});
+  EXPECT_NE(table.find("step time"), std::string::npos);
+  EXPECT_NE(table.find("NO (factor > 2.0)"), std::string::npos);
+  EXPECT_EQ(to_json(v)["flagged"], 4);
+}
+
+TEST(ValidationLayouts, NamesParseAndPrint) {
+  const Layout plain = parse_validation_layout("dp1tp1");
+  EXPECT_EQ(plain.dp, 1);
+  EXPECT_EQ(plain.tp, 1);
+  EXPECT_EQ(validation_layout_name(plain), "dp1 tp1");
+  const Layout sp = parse_validation_layout("tp2+sp");
+  EXPECT_EQ(sp.tp, 2);
+  EXPECT_TRUE(sp.sequence_parallel);
+  EXPECT_EQ(validation_layout_name(sp), "tp2 sp");
+  const Layout zero = parse_validation_layout("dp2+zero1");
+  EXPECT_EQ(zero.dp, 2);
+  EXPECT_EQ(zero.zero, 1);
+  EXPECT_EQ(validation_layout_name(zero), "dp2 zero1");
+  EXPECT_EQ(validation_layout_name(parse_validation_layout("dp2tp2")), "dp2 tp2");
+  EXPECT_THROW(parse_validation_layout("pp2"), ConfigError);
+  EXPECT_THROW(parse_validation_layout("dp"), ConfigError);
+  EXPECT_THROW(parse_validation_layout("sp"), ConfigError);
+  EXPECT_THROW(parse_validation_layout("dp1+sp"), ConfigError);
+  EXPECT_THROW(parse_validation_layout("dp1+zero1"), ConfigError);
+}
+
+}  // namespace
+}  // namespace lattice::plan
