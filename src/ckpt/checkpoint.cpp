@@ -210,6 +210,12 @@ namespace {
 // nullptr on a single rank.
 template <class Save>
 void save_trainer_shards(Trainer& trainer, Communicator* world, Save save) {
+  if (trainer.pp_size() > 1) {
+    LATTICE_THROW(ConfigError,
+                  "saving a checkpoint of a pipeline-parallel run (pp {}) is not supported yet: "
+                  "each stage holds only its layers ---> HINT: save from a pp 1 run",
+                  trainer.pp_size());
+  }
   Arena scratch("ckpt-save");
   const TrainingState state = trainer_state(trainer);
   Manifest manifest =

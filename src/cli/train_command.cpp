@@ -77,17 +77,14 @@ std::optional<std::filesystem::path> resume_dir(const std::string& resume,
   return choice->dir;
 }
 
-void save_step_checkpoint(Trainer& trainer, const TrainConfig& config) {
-  TrainingState state{.step = trainer.step(),
-                      .lr_step = trainer.step(),
-                      .data = trainer.data_position(),
-                      .seed = config.seed};
+// Collective: every rank writes what it owns (its tp shard, its ZeRO range), world rank 0
+// commits (ckpt/collective_save.h).
+void save_step_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMesh& mesh) {
   CommitOptions commit;
   commit.keep_last = int(config.keep_last);
-  std::filesystem::path dir =
-      save_training_checkpoint(std::filesystem::path(config.out_dir) / "checkpoints", config,
-                               trainer.model(), trainer.optimizer(), state, commit);
-  fmt::print("checkpoint {} committed\n", dir.string());
+  std::filesystem::path dir = save_trainer_checkpoint(
+      std::filesystem::path(config.out_dir) / "checkpoints", trainer, &mesh.world(), commit);
+  if (mesh.world().rank() == 0) fmt::print("checkpoint {} committed\n", dir.string());
 }
 
 void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
@@ -122,8 +119,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   }
 
   if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
-    TrainingState state = load_training_checkpoint(*dir, trainer.model(), trainer.optimizer());
-    trainer.set_step(state.step);
+    TrainingState state = load_trainer_checkpoint(*dir, trainer);  // each rank reads its shard
     if (lead) fmt::print("resumed from {} at step {}\n", dir->string(), state.step);
   } else if (lead && !args.resume.empty()) {
     fmt::print("no checkpoint to resume from: starting at step 0\n");
@@ -166,10 +162,8 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     // Every replica evaluates (they hold the same weights), so no rank idles in the next step's
     // collectives for the length of an evaluation, however long it takes.
     if (eval_due) last_val = m.val_loss = trainer.evaluate();
-    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last && lead) {
-      // Replicas hold identical weights and moments (ZeRO-0, tp 1), so rank 0 writes for all;
-      // the others wait for it in the next step's collectives.
-      save_step_checkpoint(trainer, config);
+    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last) {
+      save_step_checkpoint(trainer, config, mesh);
     }
     if (!lead) continue;
     if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1) {
@@ -179,6 +173,11 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     if (metrics) metrics->write(m, peak);
   }
   const double train_seconds = wall.seconds();
+  if (!config.out_dir.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(config.out_dir) / "final";
+    save_trainer_checkpoint_dir(dir, trainer, &mesh.world());  // every rank writes its part
+    if (lead) fmt::print("checkpoint written to {}\n", dir.string());
+  }
   if (!args.trace.empty()) {
     const std::filesystem::path file = write_chrome_trace_to_dir(args.trace, recorder);
     if (lead) fmt::print("trace of rank 0 written to {} (one file per rank)\n", file.string());
@@ -218,12 +217,6 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
         1e3 * exposed_s / double(config.steps),
         comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
   }
-
-  if (!config.out_dir.empty()) {
-    std::filesystem::path dir = std::filesystem::path(config.out_dir) / "final";
-    save_checkpoint(dir, config, trainer.model(), trainer.optimizer(), trainer.step());
-    fmt::print("checkpoint written to {}\n", dir.string());
-  }
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
@@ -245,13 +238,6 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
                   world, layout.dp, layout.tp, config.threads, world * std::max(1, config.threads),
                   cores);
   }
-  if (layout.zero >= 1 && (!config.out_dir.empty() || !args.resume.empty())) {
-    LATTICE_THROW(ConfigError,
-                  "ZeRO stage {} (--zero, parallel.zero) shards the optimizer state, which "
-                  "checkpoints cannot save yet ---> HINT: add --set output.dir= (no checkpoint) "
-                  "or use --zero 0",
-                  layout.zero);
-  }
   if (layout.pp > 1 &&
       (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
     LATTICE_THROW(ConfigError,
@@ -259,14 +245,6 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
                   "checkpoints cannot save or load yet ---> HINT: add --set output.dir= (no "
                   "checkpoint) or use --pp 1",
                   layout.pp);
-  }
-  if (layout.tp > 1 &&
-      (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
-    LATTICE_THROW(ConfigError,
-                  "tp {} (--tp, parallel.tp) holds parameters as tensor-parallel shards, which "
-                  "checkpoints cannot save or load yet ---> HINT: add --set output.dir= (no "
-                  "checkpoint) or use --tp 1",
-                  layout.tp);
   }
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
   launch_ranks(transport, world, [&](Communicator& comm) {
