@@ -22,6 +22,7 @@
 #include "model/generate.h"
 #include "parallel/device_mesh.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/rank_sum.h"
 #include "trace/chrome_trace.h"
 #include "trace/event_recorder.h"
 #include "train/metrics_log.h"
@@ -89,6 +90,35 @@ void save_step_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMes
 
 void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
                    double train_seconds, std::optional<double> last_val);
+
+// Every rank's arena peak per category, printed by world rank 0 (collective): what each stage
+// and shard really held, to set beside `lattice explain`'s prediction.
+void print_memory_peaks(DeviceMesh& mesh, const Arena& arena) {
+  const int world = mesh.world().size();
+  constexpr MemoryCategory kShown[] = {
+      MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState,
+      MemoryCategory::kActivations, MemoryCategory::kCommunication};
+  constexpr size_t kColumns = std::size(kShown) + 1;
+  std::vector<double> peaks(size_t(world) * kColumns, 0.0);
+  const MemoryStats stats = arena.stats();
+  double* mine = peaks.data() + size_t(mesh.world().rank()) * kColumns;
+  for (size_t c = 0; c < std::size(kShown); ++c) {
+    mine[c] = double(stats.peak_by_category[size_t(kShown[c])]);
+  }
+  mine[std::size(kShown)] = double(stats.peak_bytes);
+  peaks = sum_over_ranks(mesh.world(), peaks);
+  if (mesh.world().rank() != 0) return;
+  fmt::print(
+      "memory peak per rank (MiB): rank (pp, dp, tp) | parameters gradients optimizer "
+      "activations communication | total\n");
+  for (int r = 0; r < world; ++r) {
+    const MeshCoordinates at = mesh_coordinates(mesh.shape(), r);
+    const double* row = peaks.data() + size_t(r) * kColumns;
+    fmt::print("  {:>3} ({}, {}, {}) | {:10.2f} {:9.2f} {:9.2f} {:11.2f} {:13.2f} | {:.2f}\n", r,
+               at.pp, at.dp, at.tp, row[0] / 1048576.0, row[1] / 1048576.0, row[2] / 1048576.0,
+               row[3] / 1048576.0, row[4] / 1048576.0, row[5] / 1048576.0);
+  }
+}
 
 // One rank's training loop on its mesh.
 void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& mesh,
@@ -173,6 +203,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     if (metrics) metrics->write(m, peak);
   }
   const double train_seconds = wall.seconds();
+  print_memory_peaks(mesh, arena);
   if (!config.out_dir.empty()) {
     const std::filesystem::path dir = std::filesystem::path(config.out_dir) / "final";
     save_trainer_checkpoint_dir(dir, trainer, &mesh.world());  // every rank writes its part
@@ -231,12 +262,12 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {
     LATTICE_THROW(ConfigError,
-                  "{} in-process ranks (dp {} x tp {}) with train.threads = {} need {} cores "
-                  "but {} are available ---> HINT: ranks x threads must not exceed the cores; "
-                  "lower --dp, --tp (parallel.dp, parallel.tp) or train.threads, or run under "
-                  "mpirun with --transport mpi",
-                  world, layout.dp, layout.tp, config.threads, world * std::max(1, config.threads),
-                  cores);
+                  "{} in-process ranks (dp {} x tp {} x pp {}) with train.threads = {} need {} "
+                  "cores but {} are available ---> HINT: ranks x threads must not exceed the "
+                  "cores; lower --dp, --tp, --pp (parallel.dp, .tp, .pp) or train.threads, or run "
+                  "under mpirun with --transport mpi",
+                  world, layout.dp, layout.tp, layout.pp, config.threads,
+                  world * std::max(1, config.threads), cores);
   }
   if (layout.pp > 1 &&
       (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
