@@ -73,6 +73,14 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
   }
   ModelPart part;  // whole model
   if (pp_size_ > 1) {
+    if (parallel_.schedule == ScheduleKind::kZeroBubbleH1 &&
+        parallel_.recompute != Recompute::kNone) {
+      LATTICE_THROW(ConfigError,
+                    "schedule zb-h1 defers weight gradients, which needs every activation kept; "
+                    "recompute {} drops them ---> HINT: use --recompute none with zb-h1, or "
+                    "1f1b / interleaved-1f1b with recompute",
+                    recompute_name(parallel_.recompute));
+    }
     pipeline_schedule_ = make_schedule(parallel_.schedule, pp_size_, int(config_.micro_batches),
                                        parallel_.virtual_stages);
     const StagePartition partition = partition_model(
