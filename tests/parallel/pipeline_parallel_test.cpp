@@ -145,7 +145,9 @@ TEST_P(PipelineEquivalence, TenStepsMatchTheSingleRankRun) {
       single, split,
       fmt::format("{} pp{} {} v{}", c.preset, c.pp, schedule_kind_name(c.schedule), c.v));
   EXPECT_GT(single.norms[0], config.grad_clip) << "clipping should be active";
-  EXPECT_GT(split.rank0_stats.transfers, 0);
+  if (c.pp > 1) {
+    EXPECT_GT(split.rank0_stats.transfers, 0);
+  }
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -158,25 +160,31 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, PipelineEquivalence,
-    ::testing::Values(Case{"gpt2-tiny", 2, ScheduleKind::kGpipe, 1},
-                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1},
-                      Case{"gpt2-tiny", 2, ScheduleKind::kInterleaved1F1B, 2},
-                      Case{"gpt2-tiny", 4, ScheduleKind::kGpipe, 1},
-                      Case{"gpt2-tiny", 4, ScheduleKind::kOneFOneB, 1},
-                      Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
-                      Case{"llama-tiny", 2, ScheduleKind::kOneFOneB, 1},
-                      Case{"llama-tiny", 4, ScheduleKind::kInterleaved1F1B, 2},
-                      Case{"gpt2-tiny", 2, ScheduleKind::kZeroBubbleH1, 1},
-                      Case{"gpt2-tiny", 4, ScheduleKind::kZeroBubbleH1, 1},
-                      Case{"llama-tiny", 4, ScheduleKind::kZeroBubbleH1, 1},
-                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kSelective},
-                      Case{"gpt2-tiny", 2, ScheduleKind::kOneFOneB, 1, Recompute::kFull},
-                      Case{"gpt2-tiny", 4, ScheduleKind::kInterleaved1F1B, 2, Recompute::kFull},
-                      Case{"llama-tiny", 2, ScheduleKind::kGpipe, 1, Recompute::kSelective},
-                      Case{"llama-tiny", 4, ScheduleKind::kOneFOneB, 1, Recompute::kFull}),
-    case_name);
+// Every combination: both families × pp ∈ {1, 2, 4} × every schedule (interleaved with v = 2,
+// the others v = 1) × recompute ∈ {none, selective, full}; zb-h1 keeps every activation (its
+// weight pass reads them), so it runs without recompute only. pp = 1 is the plain step.
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+      cases.push_back({preset, 1, ScheduleKind::kOneFOneB, 1, r});
+    }
+    for (int pp : {2, 4}) {
+      for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB,
+                                ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1}) {
+        const int v = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+        for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          if (kind == ScheduleKind::kZeroBubbleH1 && r != Recompute::kNone) continue;
+          cases.push_back({preset, pp, kind, v, r});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineEquivalence, ::testing::ValuesIn(all_cases()),
+                         case_name);
 
 TEST(PipelineParallel, ThreeDimensionalMeshWithZeroOneMatchesTheSingleRankRun) {
   auto dir = testing::make_corpus_dir("pp_3d");
