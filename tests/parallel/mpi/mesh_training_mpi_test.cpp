@@ -18,9 +18,12 @@ namespace {
 constexpr int kSteps = 6;
 
 TrainConfig mpi_config(const std::string& preset) {
-  // Each process writes its own copy of the corpus: the processes share a file system.
+  // Each process writes its own copy of the corpus: the processes share a file system, and the
+  // np4 and np8 runs of this test may run at the same time.
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  auto dir = testing::make_corpus_dir(std::string("mpi_mesh_") + (rank ? rank : "0"));
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  auto dir = testing::make_corpus_dir(std::string("mpi_mesh_np") + (size ? size : "1") + "_" +
+                                      (rank ? rank : "0"));
   TrainConfig c;
   c.model = model_preset(preset);
   c.model.seq_len = 12;
