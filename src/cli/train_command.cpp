@@ -59,6 +59,7 @@ void apply_layout_flags(const CLI::App& cmd, const ParallelConfig& flags, Parall
   if (given("--schedule")) layout.schedule = flags.schedule;
   if (given("--virtual-stages")) layout.virtual_stages = flags.virtual_stages;
   if (given("--recompute")) layout.recompute = flags.recompute;
+  if (given("--layers-per-chunk")) layout.layers_per_chunk = flags.layers_per_chunk;
 }
 
 // The checkpoint a --resume argument names: "auto" is the newest valid step_N under
@@ -140,6 +141,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
                          .embedding = mesh.embedding(),
                          .schedule = parse_schedule_kind(layout.schedule),
                          .virtual_stages = layout.virtual_stages,
+                         .layers_per_chunk = layout.layers_per_chunk,
                          .recompute = parse_recompute(layout.recompute)};
   Trainer trainer(loaded, arena, parallel);
   const TrainConfig& config = trainer.config();  // with the batch resolved
@@ -323,6 +325,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--virtual-stages", layout.virtual_stages,
                   "Model chunks per pipeline stage, for interleaved-1f1b (parallel.virtual_stages)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--layers-per-chunk", layout.layers_per_chunk,
+                  "Pipeline chunks' layer counts in model order, e.g. 3,5 (default: balanced by "
+                  "the cost model)")
+      ->delimiter(',');
   cmd->add_option("--recompute", layout.recompute,
                   "Activation recompute: none, selective, full (parallel.recompute)");
   cmd->add_option("--trace", args->trace,

@@ -31,6 +31,7 @@ struct ParallelConfig {
   std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved-1f1b | zb-h1
   int virtual_stages = 1;             // model chunks per stage (interleaved-1f1b: ≥ 2)
   std::string recompute = "none";     // none | selective | full
+  std::vector<int> layers_per_chunk;  // pipeline chunks' layer counts; empty: the cost model
 
   int world_size() const { return dp * tp * pp; }
 };
