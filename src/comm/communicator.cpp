@@ -140,7 +140,7 @@ void Communicator::send(const void* data, int64_t count, DType dtype, int peer,
 }
 
 Communicator::SendHandle Communicator::send_async(const Tensor& data, int peer,
-                                                 const CollectiveOptions& options) {
+                                                  const CollectiveOptions& options) {
   expect_defined(data, "send_async", "data");
   LATTICE_CHECK(peer >= 0 && peer < size() && peer != rank_,
                 "send_async to peer {} on group '{}' of {} ranks (this is rank {})", peer, name_,

@@ -244,6 +244,39 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, 
 
 Transformer::~Transformer() = default;
 
+// This rank's sizes of a (B, T) micro-batch, in the letters of the Activations comment.
+struct Transformer::Sizes {
+  bool sp = false;  // sequence parallelism over more than one rank
+  int64_t N = 0, R = 0, C = 0, H = 0, HS = 0, QH = 0, KH = 0, Q = 0, K = 0;
+};
+
+Transformer::Sizes Transformer::sizes(int64_t B, int64_t T) const {
+  const TensorParallelHeads& heads = registry_.heads();
+  Sizes z;
+  z.sp = tp_.sequence_parallel() && tp_.size() > 1;
+  z.N = B * T;
+  z.R = z.sp ? z.N / tp_.size() : z.N;
+  z.C = config_.d_model;
+  z.H = config_.d_ff / tp_.size();
+  z.HS = config_.head_size();
+  z.QH = heads.q_heads;
+  z.KH = heads.kv_heads;
+  z.Q = z.QH * z.HS;
+  z.K = z.KH * z.HS;
+  return z;
+}
+
+Tensor Transformer::activation_buffer(Shape shape, DType dtype) const {
+  return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
+}
+
+// Under sequence parallelism a gathered copy (N, ...) of this rank's rows; otherwise the rows.
+Tensor Transformer::gathered_rows(const Tensor& rows, Shape full) const {
+  return tp_.sequence_parallel() && tp_.size() > 1
+             ? activation_buffer(std::move(full), rows.dtype())
+             : rows;
+}
+
 Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int64_t T) {
   LATTICE_CHECK(slot >= 0 && slot < 1024, "activation slot {}", slot);
   if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
@@ -253,27 +286,21 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
   auto a = std::make_unique<Activations>();
   const ModelConfig& c = config_;
   const ModelPart& part = registry_.part();
-  const TensorParallelHeads& heads = registry_.heads();
-  const int tp = tp_.size();
-  const bool sp = tp_.sequence_parallel() && tp > 1;
-  const int64_t N = B * T, C = c.d_model, H = c.d_ff / tp, HS = c.head_size();
-  const int64_t QH = heads.q_heads, KH = heads.kv_heads, Q = QH * HS, K = KH * HS;
-  const int64_t R = sp ? N / tp : N;
+  const Sizes z = sizes(B, T);
+  const int64_t N = z.N, R = z.R, C = z.C, H = z.H, HS = z.HS, QH = z.QH, KH = z.KH, Q = z.Q,
+                K = z.K;
   const DType cdt = compute_dtype_;
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   const bool swiglu = c.mlp == MlpKind::kSwiglu;
-  auto alloc = [&](Shape shape, DType dtype) {
-    return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
-  };
-  // Under sequence parallelism a gathered copy of the rows; otherwise the rows themselves.
+  auto alloc = [&](Shape shape, DType dtype) { return activation_buffer(std::move(shape), dtype); };
   auto gathered = [&](const Tensor& rows, Shape shape) {
-    return sp ? alloc(std::move(shape), rows.dtype()) : rows;
+    return gathered_rows(rows, std::move(shape));
   };
   a->B = B;
   a->T = T;
   a->N = N;
   a->R = R;
-  a->first_row = sp ? R * tp_.rank() : 0;
+  a->first_row = z.sp ? R * tp_.rank() : 0;
   a->residual.resize(size_t(c.n_layer + 1));
   a->layer.resize(size_t(c.n_layer));
   for (const LayerChunk& chunk : part.chunks) {
@@ -323,7 +350,7 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
     a->lnf_full = gathered(a->lnf, {N, C});
     a->logits = alloc({N, W}, DType::kF32);
     a->losses = alloc({N}, DType::kF32);
-    if (tp > 1) a->vocab_loss.emplace(arena_, N);
+    if (tp_.size() > 1) a->vocab_loss.emplace(arena_, N);
   }
   held = std::move(a);
   return *held;
@@ -335,18 +362,14 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
   auto w = std::make_unique<Scratch>();
   const ModelConfig& c = config_;
   const ModelPart& part = registry_.part();
-  const TensorParallelHeads& heads = registry_.heads();
-  const int tp = tp_.size();
-  const bool sp = tp_.sequence_parallel() && tp > 1;
-  const int64_t N = B * T, C = c.d_model, H = c.d_ff / tp, HS = c.head_size();
-  const int64_t QH = heads.q_heads, KH = heads.kv_heads, Q = QH * HS, K = KH * HS;
-  const int64_t R = sp ? N / tp : N;
+  const Sizes z = sizes(B, T);
+  const int64_t N = z.N, R = z.R, C = z.C, H = z.H, QH = z.QH, KH = z.KH, Q = z.Q, K = z.K,
+                HS = z.HS;
+  const bool sp = z.sp;
   const DType cdt = compute_dtype_;
-  auto alloc = [&](Shape shape, DType dtype) {
-    return Tensor::empty(arena_, std::move(shape), dtype, MemoryCategory::kActivations);
-  };
+  auto alloc = [&](Shape shape, DType dtype) { return activation_buffer(std::move(shape), dtype); };
   auto gathered = [&](const Tensor& rows, Shape shape) {
-    return sp ? alloc(std::move(shape), rows.dtype()) : rows;
+    return gathered_rows(rows, std::move(shape));
   };
   w->B = B;
   w->T = T;

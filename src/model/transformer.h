@@ -119,6 +119,10 @@ class Transformer {
   struct Layer;
   struct Activations;
   struct Scratch;
+  struct Sizes;
+  Sizes sizes(int64_t B, int64_t T) const;
+  Tensor activation_buffer(Shape shape, DType dtype) const;
+  Tensor gathered_rows(const Tensor& rows, Shape full) const;
   Activations& slot_activations(int slot, int64_t B, int64_t T);
   Scratch& scratch(int64_t B, int64_t T);
   void layer_forward(Activations& a, Scratch& w, int64_t l);
