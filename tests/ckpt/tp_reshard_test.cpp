@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "../model/test_models.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "comm/thread_world.h"
@@ -32,13 +33,7 @@ constexpr int64_t kSeqLen = 12;  // 8 × 12 token rows divide by 2, 3 and 4
 constexpr int kSteps = 3;
 
 ModelConfig test_model(const std::string& name) {
-  ModelConfig c = name == "gpt2-6h" ? model_preset("gpt2-tiny") : model_preset(name);
-  if (name == "gpt2-6h") {  // tp 3 pads the vocabulary of 256 to 258
-    c.name = name;
-    c.n_head = c.n_kv_head = 6;
-    c.d_model = 48;
-    c.d_ff = 192;
-  }
+  ModelConfig c = testing::test_model(name);
   c.seq_len = kSeqLen;
   return c;
 }
@@ -172,10 +167,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name =
       fmt::format("{}_{}_to_{}", info.param.model, info.param.from.name(), info.param.to.name());
-  for (char& ch : name) {
-    if (ch == '-') ch = '_';
-  }
-  return name;
+  return testing::test_case_name(name);
 }
 
 // The training data of a model's runs: one directory per process (suites may run at once),

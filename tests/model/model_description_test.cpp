@@ -14,30 +14,12 @@
 #include "core/thread_budget.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
+#include "test_models.h"
 
 namespace lattice {
 namespace {
 
 constexpr int64_t kB = 2, kT = 8;  // 16 token rows: divide by tp 2 and 4 under sp
-
-ModelConfig test_model(const std::string& name) {
-  if (name == "llama-kv1-bias") {  // one kv head, replicated on every tp rank; biases
-    ModelConfig c = model_preset("llama-tiny");
-    c.name = name;
-    c.n_kv_head = 1;
-    c.bias = true;
-    return c;
-  }
-  if (name == "gpt2-swiglu-rope") {  // the gpt2 family with the llama switches
-    ModelConfig c = model_preset("gpt2-tiny");
-    c.name = name;
-    c.mlp = MlpKind::kSwiglu;
-    c.position = PositionKind::kRope;
-    c.tied_embeddings = false;
-    return c;
-  }
-  return model_preset(name);
-}
 
 struct Case {
   const char* model;
@@ -53,10 +35,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = fmt::format("{}_tp{}{}_{}", info.param.model, info.param.tp,
                                  info.param.sp ? "_sp" : "", dtype_name(info.param.dtype));
-  for (char& ch : name) {
-    if (ch == '-') ch = '_';
-  }
-  return name;
+  return testing::test_case_name(name);
 }
 
 Tensor random_tokens(Arena& arena, int64_t vocab, uint64_t key) {
@@ -126,8 +105,14 @@ Measured measure(const ModelConfig& config, DType dtype, TensorParallel tp,
 
 void expect_description_matches(const Case& c, const Measured& m, int rank,
                                 const Options& options = {}) {
-  const RankWorkload w{test_model(c.model), {c.tp, rank, c.sp},   kB, kT, c.dtype, options.part,
-                       options.recompute,   options.defer_weights};
+  const RankWorkload w{testing::test_model(c.model),
+                       {c.tp, rank, c.sp},
+                       kB,
+                       kT,
+                       c.dtype,
+                       options.part,
+                       options.recompute,
+                       options.defer_weights};
   const ActivationTable acts = activation_table(w);
   // Exact: the arena's live bytes count what each allocation asked for, not the 64-byte aligned
   // block it got, so alignment rounding does not show here and the tolerance is zero bytes.
@@ -152,7 +137,7 @@ class DescriptionMatchesArena : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DescriptionMatchesArena, ActivationAndParameterBytesEqualTheRealModel) {
   const Case c = GetParam();
-  const ModelConfig config = test_model(c.model);
+  const ModelConfig config = testing::test_model(c.model);
   if (c.tp == 1) {
     expect_description_matches(c, measure(config, c.dtype, TensorParallel()), 0);
     return;
@@ -181,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DescriptionMatchesArena,
 
 // Measures `c` with `options` on its tp ranks and compares every rank with its description.
 void expect_matches_with(const Case& c, const Options& options) {
-  const ModelConfig config = test_model(c.model);
+  const ModelConfig config = testing::test_model(c.model);
   std::vector<Measured> measured(size_t(c.tp));
   if (c.tp == 1) {
     measured[0] = measure(config, c.dtype, TensorParallel(), options);

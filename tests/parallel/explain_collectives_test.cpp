@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "../model/test_models.h"
 #include "comm/thread_world.h"
 #include "core/philox.h"
 #include "core/thread_budget.h"
@@ -16,17 +17,6 @@ namespace lattice {
 namespace {
 
 constexpr int64_t kB = 2, kT = 8;  // 16 token rows: divide by tp 2 and 4 under sp
-
-ModelConfig test_model(const std::string& name) {
-  if (name == "llama-kv1-bias") {  // one kv head, replicated on every tp rank; biases
-    ModelConfig c = model_preset("llama-tiny");
-    c.name = name;
-    c.n_kv_head = 1;
-    c.bias = true;
-    return c;
-  }
-  return model_preset(name);
-}
 
 struct Layout {
   const char* model;
@@ -42,10 +32,7 @@ void PrintTo(const Layout& l, std::ostream* os) {
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   std::string name = fmt::format("{}_tp{}{}_{}", info.param.model, info.param.tp,
                                  info.param.sp ? "_sp" : "", dtype_name(info.param.dtype));
-  for (char& ch : name) {
-    if (ch == '-') ch = '_';
-  }
-  return name;
+  return testing::test_case_name(name);
 }
 
 Tensor random_tokens(Arena& arena, int64_t vocab, uint64_t key) {
@@ -110,7 +97,7 @@ class ExplainCollectives : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ExplainCollectives, RecordedLogEqualsThePredictedList) {
   const Layout l = GetParam();
-  const ModelConfig config = test_model(l.model);
+  const ModelConfig config = testing::test_model(l.model);
   std::vector<std::vector<CollectiveRecord>> logs(size_t(l.tp));
   if (l.tp == 1) {
     logs[0] = recorded_step(config, l.dtype, TensorParallel());
@@ -153,7 +140,7 @@ TEST(ExplainCollectives, PipelineStagePartsRecordTheirShareOfTheList) {
       {{LayerChunk{0, 1, true, false}, LayerChunk{1, 2, false, true}}},
   };
   for (const char* name : {"gpt2-tiny", "llama-kv1-bias"}) {
-    const ModelConfig config = test_model(name);
+    const ModelConfig config = testing::test_model(name);
     for (const ModelPart& part : parts) {
       for (bool sp : {false, true}) {
         SCOPED_TRACE(fmt::format("{} {} chunk(s) from layer {}{}", name, part.chunks.size(),
@@ -181,7 +168,7 @@ TEST(ExplainCollectives, RecomputeRepeatsTheLayerForwardCollectives) {
   for (Recompute recompute : {Recompute::kSelective, Recompute::kFull}) {
     for (bool sp : {false, true}) {
       SCOPED_TRACE(fmt::format("recompute {}{}", recompute_name(recompute), sp ? " sp" : ""));
-      const ModelConfig config = test_model("llama-kv1-bias");
+      const ModelConfig config = testing::test_model("llama-kv1-bias");
       std::vector<std::vector<CollectiveRecord>> logs(2);
       run_ranks(2, [&](Communicator& comm) {
         set_thread_budget(1);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "../model/test_models.h"
 #include "../train/test_corpus.h"
 #include "comm/thread_world.h"
 #include "core/philox.h"
@@ -21,38 +22,6 @@ namespace {
 
 constexpr int64_t kSeqLen = 12;  // 8 × 12 = 96 token rows divide by 2, 3 and 4
 constexpr int kSteps = 10;
-
-ModelConfig test_model(const std::string& name) {
-  if (name == "gpt2-6h") {  // three-way split; vocabulary 256 pads to 258
-    ModelConfig c = model_preset("gpt2-tiny");
-    c.name = name;
-    c.n_head = c.n_kv_head = 6;
-    c.d_model = 48;
-    c.d_ff = 192;
-    return c;
-  }
-  if (name == "llama-6h-kv3") {  // three-way split of q and kv heads
-    ModelConfig c = model_preset("llama-tiny");
-    c.name = name;
-    c.n_head = 6;
-    c.n_kv_head = 3;
-    c.d_model = 48;
-    c.d_ff = 96;
-    return c;
-  }
-  if (name == "llama-6h-kv1-bias") {  // one kv head replicated; biases; tied embeddings
-    ModelConfig c = model_preset("llama-tiny");
-    c.name = name;
-    c.n_head = 6;
-    c.n_kv_head = 1;
-    c.d_model = 48;
-    c.d_ff = 96;
-    c.bias = true;
-    c.tied_embeddings = true;
-    return c;
-  }
-  return model_preset(name);
-}
 
 ModelConfig with_seq_len(ModelConfig c) {
   c.seq_len = kSeqLen;
@@ -72,10 +41,7 @@ void PrintTo(const Layout& l, std::ostream* os) {
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   std::string name =
       fmt::format("{}_tp{}{}", info.param.model, info.param.tp, info.param.sp ? "_sp" : "");
-  for (char& ch : name) {
-    if (ch == '-') ch = '_';
-  }
-  return name;
+  return testing::test_case_name(name);
 }
 
 const std::vector<Layout> kLayouts = {
@@ -94,7 +60,7 @@ class ShardsAreSlices : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ShardsAreSlices, EveryParameterShardEqualsTheSliceOfTheSingleRankTensor) {
   const Layout l = GetParam();
-  const ModelConfig config = with_seq_len(test_model(l.model));
+  const ModelConfig config = with_seq_len(testing::test_model(l.model));
   Arena arena("shards");
   ParameterRegistry full_registry(config);
   ParameterStore full(full_registry, arena, DType::kF32);
@@ -208,7 +174,7 @@ class TensorParallelGradients : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TensorParallelGradients, GatheredStepOneGradientsMatchTheSingleRankRun) {
   const Layout l = GetParam();
-  const ModelConfig config = with_seq_len(test_model(l.model));
+  const ModelConfig config = with_seq_len(testing::test_model(l.model));
   const Gradients single = step_one_gradients(config, 1, false);
   const Gradients split = step_one_gradients(config, l.tp, l.sp);
   EXPECT_NEAR(split.loss, single.loss, 1e-5 * single.loss);
@@ -231,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGradients, ::testing::ValuesIn(k
 
 TrainConfig train_config(const std::string& model, const std::filesystem::path& data) {
   TrainConfig c;
-  c.model = with_seq_len(test_model(model));
+  c.model = with_seq_len(testing::test_model(model));
   c.data_dir = data.string();
   c.data_mode = "shuffled";
   c.seq_len = kSeqLen;
@@ -349,9 +315,9 @@ TEST(TensorParallelLayoutErrors, HeadsThatDoNotSplitAreRefusedWithTheFix) {
 }
 
 TEST(TensorParallelLayoutErrors, KvHeadsNeitherDividingNorDividedAreRefused) {
-  ModelConfig c = test_model("llama-6h-kv3");
+  ModelConfig c = testing::test_model("llama-6h-kv3");
   EXPECT_THROW(ParameterRegistry(c, {2, 0, false}), ConfigError);
-  ModelConfig g = test_model("gpt2-6h");
+  ModelConfig g = testing::test_model("gpt2-6h");
   g.n_kv_head =
       2;  // 6 heads share 2 kv heads; tp 3 would replicate them, which fused c_attn cannot
   EXPECT_THROW(ParameterRegistry(g, {3, 0, false}), ConfigError);
