@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/philox.h"
@@ -152,6 +153,7 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (!part_.holds_layer(l)) continue;
+    adding_layer_ = l;
     if (gpt2) {
       std::string h = fmt::format("transformer.h.{}.", l);
       add_norm(h + "ln_1");
@@ -181,6 +183,7 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
       add_row(h + "mlp.down_proj", F, C, ff_cols);
     }
   }
+  adding_layer_ = -1;
   if (!part_.has_head()) return;
   add_norm(gpt2 ? "transformer.ln_f" : "model.norm");
   if (!c.tied_embeddings) {
@@ -195,6 +198,7 @@ int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool w
                            ShardSpec shard, bool partial_grad) {
   ParameterSpec spec{std::move(name), std::move(shape), init,    weight_decay,
                      total_,          std::move(shard), Shape(), partial_grad};
+  spec.layer = adding_layer_;
   spec.local_shape = spec.shard.local_shape(spec.shape);
   // Keep every parameter 16-element aligned so views start on 64-byte boundaries.
   total_ += (spec.local_shape.numel() + 15) / 16 * 16;
@@ -234,35 +238,52 @@ void initial_values(const ParameterSpec& spec, const ModelConfig& config, uint64
   }
 }
 
-ParameterStore::ParameterStore(const ParameterRegistry& registry, Arena& arena, DType compute_dtype)
-    : registry_(registry) {
-  const int64_t P = registry.total_elements();
-  master_ = Tensor::zeros(arena, {P}, DType::kF32, MemoryCategory::kParameters);
-  grads_ = Tensor::zeros(arena, {P}, DType::kF32, MemoryCategory::kGradients);
-  if (compute_dtype == DType::kF32) {
-    compute_ = master_;
-  } else if (compute_dtype == DType::kBF16) {
-    compute_ = Tensor::zeros(arena, {P}, DType::kBF16, MemoryCategory::kParameters);
-  } else {
+ParameterStore::ParameterStore(const ParameterRegistry& registry, Arena& arena, DType compute_dtype,
+                               ZeroSharding zero)
+    : registry_(registry), zero_(zero), compute_dtype_(compute_dtype) {
+  if (compute_dtype != DType::kF32 && compute_dtype != DType::kBF16) {
     LATTICE_THROW(DTypeError, "compute dtype {} is not supported ---> HINT: use f32 or bf16",
                   dtype_name(compute_dtype));
+  }
+  const int64_t P = registry.total_elements();
+  const FlatRange owned = zero.owned(P);
+  master_range_ = zero.shards_parameters() ? owned : FlatRange{0, P};
+  grad_range_ = zero.shards_gradients() ? owned : FlatRange{0, P};
+  master_ = Tensor::zeros(arena, {master_range_.size()}, DType::kF32, MemoryCategory::kParameters);
+  grads_ = Tensor::zeros(arena, {grad_range_.size()}, DType::kF32, MemoryCategory::kGradients);
+  if (!zero.shards_parameters()) {
+    compute_ = compute_dtype == DType::kF32
+                   ? master_
+                   : Tensor::zeros(arena, {P}, compute_dtype, MemoryCategory::kParameters);
+  }
+  const size_t n = registry.specs().size();
+  if (zero.shards_gradients()) lent_grads_.resize(n);
+  if (zero.shards_parameters()) {
+    lent_master_.resize(n);
+    lent_compute_.resize(n);
   }
 }
 
 void ParameterStore::initialize(const ModelConfig& config, uint64_t seed) {
-  // Each local element draws from its global index: a shard holds the global tensor's values.
+  // Each local element draws from its global index: a shard holds the global tensor's values,
+  // and a ZeRO-3 rank fills just the elements of its range.
   master_.zero_();  // padding stays zero
   float* master = master_.data<float>();
+  const FlatRange held = master_range_;
   for (const ParameterSpec& spec : registry_.specs()) {
     for_each_shard_run(spec.shape, spec.shard, [&](int64_t global, int64_t local, int64_t count) {
-      initial_values(spec, config, seed, global, count, master + spec.offset + local);
+      const int64_t begin = std::max(spec.offset + local, held.begin);
+      const int64_t end = std::min(spec.offset + local + count, held.end);
+      if (begin >= end) return;
+      initial_values(spec, config, seed, global + (begin - spec.offset - local), end - begin,
+                     master + (begin - held.begin));
     });
   }
   refresh_compute_copy();
 }
 
 void ParameterStore::refresh_compute_copy() {
-  if (compute_.dtype() != DType::kF32) compute_.copy_from(master_);
+  if (compute_.defined() && compute_.dtype() != DType::kF32) compute_.copy_from(master_);
 }
 
 Tensor ParameterStore::slice(const Tensor& flat, int index) const {
@@ -271,14 +292,46 @@ Tensor ParameterStore::slice(const Tensor& flat, int index) const {
       .view(spec.local_shape);
 }
 
+const Tensor& ParameterStore::bound(const std::vector<Tensor>& views, int index,
+                                    const char* what) const {
+  const Tensor& view = views.at(size_t(index));
+  LATTICE_CHECK(view.defined(),
+                "the {} of parameter '{}' is used while not held on this rank (ZeRO-{}: it is "
+                "lent only between its gather and its release)",
+                what, registry_.at(index).name, zero_.stage);
+  return view;
+}
+
 Tensor ParameterStore::master(int index) const {
-  return slice(master_, index);
+  return values_lent() ? bound(lent_master_, index, "master value") : slice(master_, index);
 }
 Tensor ParameterStore::grad(int index) const {
-  return slice(grads_, index);
+  return gradients_lent() ? bound(lent_grads_, index, "gradient") : slice(grads_, index);
 }
 Tensor ParameterStore::compute(int index) const {
-  return slice(compute_, index);
+  return values_lent() ? bound(lent_compute_, index, "compute copy") : slice(compute_, index);
+}
+
+void ParameterStore::bind_grad(int index, Tensor view) {
+  LATTICE_CHECK(gradients_lent(), "bind_grad without ZeRO-2/3 gradient sharding");
+  expect_shape(view, registry_.at(index).local_shape, "ParameterStore::bind_grad", "gradient");
+  lent_grads_.at(size_t(index)) = std::move(view);
+}
+void ParameterStore::unbind_grad(int index) {
+  lent_grads_.at(size_t(index)) = Tensor();
+}
+
+void ParameterStore::bind_values(int index, Tensor master, Tensor compute) {
+  LATTICE_CHECK(values_lent(), "bind_values without ZeRO-3 parameter sharding");
+  const Shape& shape = registry_.at(index).local_shape;
+  expect_shape(master, shape, "ParameterStore::bind_values", "master");
+  expect_shape(compute, shape, "ParameterStore::bind_values", "compute");
+  lent_master_.at(size_t(index)) = std::move(master);
+  lent_compute_.at(size_t(index)) = std::move(compute);
+}
+void ParameterStore::unbind_values(int index) {
+  lent_master_.at(size_t(index)) = Tensor();
+  lent_compute_.at(size_t(index)) = Tensor();
 }
 
 }  // namespace lattice

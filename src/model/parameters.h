@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "parallel/shard_spec.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/zero_shards.h"
 
 namespace lattice {
 
@@ -48,6 +49,9 @@ struct ParameterSpec {
   // output head, on the last stage): the copies' gradients are summed over the embedding group
   // so that they stay equal, and the copy is not counted again in the gradient norm.
   bool tied_copy = false;
+  // The transformer layer the parameter belongs to; -1: the embedding and the head (final norm,
+  // output layer). ZeRO-3 gathers the parameters of one layer at a time.
+  int64_t layer = -1;
 };
 
 // The layers of one pipeline chunk, [first_layer, last_layer), with the embedding (the model's
@@ -109,6 +113,7 @@ class ParameterRegistry {
   int add(std::string name, Shape shape, ParamInit init, bool weight_decay, ShardSpec shard,
           bool partial_grad);
 
+  int64_t adding_layer_ = -1;  // the layer add() files parameters under
   std::vector<ParameterSpec> specs_;
   int64_t total_ = 0;
   TensorParallelLayout tp_;
@@ -121,34 +126,65 @@ class ParameterRegistry {
 void initial_values(const ParameterSpec& spec, const ModelConfig& config, uint64_t seed,
                     int64_t first, int64_t count, float* out);
 
+// Which parts of the flat store a rank holds under ZeRO (parallel/zero_shards.h).
+//   stage 0, 1: everything: the f32 master (the model's parameters), the compute copy and the
+//      gradients of all P elements.
+//   stage 2: grads() holds the owned shard only; each backward writes into bucket buffers lent
+//      for it (bind_grad) and reduced into the shard.
+//   stage 3: master() holds the owned shard only, and there is no standing compute copy: a
+//      layer's values are gathered into buffers lent for its use (bind_values).
+// A parameter's views (master(i), compute(i), grad(i)) are valid while bound; using one that is
+// not is an error naming the parameter (a missing gather is a bug, not a silent zero).
 class ParameterStore {
  public:
   // compute_dtype f32: the compute copy is the master buffer itself; bf16: a rounded copy.
-  ParameterStore(const ParameterRegistry& registry, Arena& arena, DType compute_dtype);
+  ParameterStore(const ParameterRegistry& registry, Arena& arena, DType compute_dtype,
+                 ZeroSharding zero = {});
 
   void initialize(const ModelConfig& config, uint64_t seed);
-  // Re-rounds the compute copy from the master weights (after an update or a load).
+  // Re-rounds the compute copy from the master weights (after an update or a load). Nothing to
+  // do under ZeRO-3 (the gather rounds).
   void refresh_compute_copy();
   void zero_grads() { grads_.zero_(); }
 
   const ParameterRegistry& registry() const { return registry_; }
-  Tensor& master() { return master_; }  // f32 (P)
-  Tensor& grads() { return grads_; }    // f32 (P)
-  Tensor& compute() { return compute_; }
-  DType compute_dtype() const { return compute_.dtype(); }
+  const ZeroSharding& zero() const { return zero_; }
+  // The flat elements master() and grads() hold: [0, P), or the owned shard (stage 3 / 2+).
+  FlatRange master_range() const { return master_range_; }
+  FlatRange grad_range() const { return grad_range_; }
+  Tensor& master() { return master_; }    // f32 (master_range)
+  Tensor& grads() { return grads_; }      // f32 (grad_range)
+  Tensor& compute() { return compute_; }  // (P) in the compute dtype; undefined under stage 3
+  DType compute_dtype() const { return compute_dtype_; }
+  bool gradients_lent() const { return zero_.shards_gradients(); }
+  bool values_lent() const { return zero_.shards_parameters(); }
 
   // Views with the parameter's local shape.
   Tensor master(int index) const;
   Tensor grad(int index) const;
   Tensor compute(int index) const;
 
+  // Stage 2/3: parameter `index`'s gradient lives in `view` (local shape, f32) until unbound.
+  void bind_grad(int index, Tensor view);
+  void unbind_grad(int index);
+  // Stage 3: parameter `index`'s gathered f32 values and their compute-dtype copy (the same
+  // tensor under f32 compute) until unbound.
+  void bind_values(int index, Tensor master, Tensor compute);
+  void unbind_values(int index);
+
  private:
   Tensor slice(const Tensor& flat, int index) const;
+  const Tensor& bound(const std::vector<Tensor>& views, int index, const char* what) const;
 
   const ParameterRegistry& registry_;
+  ZeroSharding zero_;
+  DType compute_dtype_;
+  FlatRange master_range_, grad_range_;
   Tensor master_;
   Tensor grads_;
   Tensor compute_;
+  std::vector<Tensor> lent_grads_;                  // stage 2/3, per parameter
+  std::vector<Tensor> lent_master_, lent_compute_;  // stage 3, per parameter
 };
 
 }  // namespace lattice

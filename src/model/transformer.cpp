@@ -176,13 +176,13 @@ Recompute parse_recompute(std::string_view name) {
 }
 
 Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp,
-                         const ModelPart& part)
+                         const ModelPart& part, ZeroSharding zero)
     : config_(std::move(config)),
       arena_(arena),
       compute_dtype_(compute_dtype),
       tp_(std::move(tp)),
       registry_(config_, tp_.layout(), part),
-      store_(registry_, arena, compute_dtype) {
+      store_(registry_, arena, compute_dtype, zero) {
   const ParameterRegistry& r = registry_;
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
   const TensorParallelHeads& heads = r.heads();
@@ -523,6 +523,9 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
   a.tokens = tokens;
   a.targets = targets;
   a.have_targets = targets.defined();
+  ParameterHooks* hooks = parameter_hooks_;
+  if (hooks != nullptr && (part.embedding || part.head))
+    hooks->before_forward(ParameterHooks::kEnds);
 
   if (part.embedding) {
     // Embeddings (f32 master tables) into the residual stream. Each rank looks up the tokens of
@@ -538,7 +541,11 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
     }
     if (c.position == PositionKind::kLearned) add_positions(x, a.first_row, T);
   }
-  for (int64_t l = part.first_layer; l < part.last_layer; ++l) layer_forward(a, w, l);
+  for (int64_t l = part.first_layer; l < part.last_layer; ++l) {
+    if (hooks != nullptr) hooks->before_forward(l);
+    layer_forward(a, w, l);
+    if (hooks != nullptr) hooks->after_forward(l);
+  }
   ForwardResult result;
   if (!part.head) return result;
 
@@ -701,6 +708,10 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
   const ParameterStore& s = store_;
   const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
   const int64_t N = a.N;
+  ParameterHooks* hooks = parameter_hooks_;
+  if (hooks != nullptr && (part.embedding || part.head)) {
+    hooks->before_backward(ParameterHooks::kEnds);
+  }
 
   if (part.head) {
     LATTICE_CHECK(a.have_targets, "backward() needs a forward() with targets first");
@@ -735,7 +746,9 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
   }
 
   for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) {
+    if (hooks != nullptr) hooks->before_backward(l);
     layer_backward(a, w, l, defer_weights);
+    if (hooks != nullptr) hooks->after_backward(l);
   }
 
   if (!part.embedding) {
@@ -748,6 +761,7 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
   embedding_backward(dwte, w.dresidual_full, a.tokens.view({N}), registry_.vocab_start());
   if (c.position == PositionKind::kLearned) position_grads(w.dresidual, a.first_row, a.T);
   report_grads_ready({wte_, wpe_});
+  if (hooks != nullptr) hooks->after_backward(ParameterHooks::kEnds);
 }
 
 void Transformer::backward_weight_chunk(int chunk, int slot) {
@@ -907,20 +921,29 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
 
 void Transformer::reduce_partial_grads() {
   if (!partial_grads_.defined() || tp_.size() == 1) return;
-  // Packed into one buffer: one collective instead of one per norm and bias.
+  // Packed into one buffer: one collective instead of one per norm and bias. The held gradient
+  // range is the same on every rank of the tp group (same flat layout, same dp rank), so under
+  // ZeRO-2/3 each group packs the same pieces: the parts of the partial gradients it owns.
+  const FlatRange held = store_.grad_range();
+  float* grads = store_.grads().data<float>();
   float* packed = partial_grads_.data<float>();
+  int64_t packed_count = 0;
   auto for_each_partial = [&](auto&& fn) {
     int64_t at = 0;
-    for (int i = 0; i < int(registry_.specs().size()); ++i) {
-      const ParameterSpec& spec = registry_.at(i);
+    for (const ParameterSpec& spec : registry_.specs()) {
       if (!spec.partial_grad) continue;
-      float* grad = store_.grad(i).data<float>();
-      fn(grad, packed + at, spec.local_shape.numel());
-      at += spec.local_shape.numel();
+      const int64_t begin = std::max(spec.offset, held.begin);
+      const int64_t end = std::min(spec.offset + spec.local_shape.numel(), held.end);
+      if (begin >= end) continue;
+      fn(grads + (begin - held.begin), packed + at, end - begin);
+      at += end - begin;
     }
+    packed_count = at;
   };
   for_each_partial([](float* grad, float* pack, int64_t n) { std::copy(grad, grad + n, pack); });
-  tp_.all_reduce(partial_grads_, "replicated parameters' gradients");
+  if (packed_count == 0) return;  // this dp rank owns none of them (as do its tp peers)
+  Tensor used = partial_grads_.slice_rows(0, packed_count);
+  tp_.all_reduce(used, "replicated parameters' gradients");
   for_each_partial([](float* grad, float* pack, int64_t n) { std::copy(pack, pack + n, grad); });
 }
 

@@ -26,6 +26,7 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/parameter_hooks.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
@@ -52,8 +53,9 @@ class Transformer {
   // tp: this rank's tensor-parallel group (default: none). ConfigError before anything is
   // allocated when the model does not split over it.
   // part: the layers this rank holds (default: all of them).
+  // zero: what the parameter store holds under ZeRO (model/parameters.h ParameterStore).
   Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp = {},
-              const ModelPart& part = {});
+              const ModelPart& part = {}, ZeroSharding zero = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -106,7 +108,8 @@ class Transformer {
   // Requires the last forward to have had targets.
   void backward(float loss_scale);
   // Sums the gradients that are partial over the tensor-parallel group (ParameterSpec::
-  // partial_grad). Call once per step, after the last micro-batch's backward. Collective.
+  // partial_grad). Call once per step, after the last micro-batch's backward (and under ZeRO-2/3
+  // after the data-parallel reduction: it sums the held gradient range). Collective.
   void reduce_partial_grads();
 
   // Called by backward() with the index of each parameter as soon as its gradient is final for
@@ -114,6 +117,9 @@ class Transformer {
   // buckets launch their reduction on it while backward goes on. Empty (the default): none.
   using GradReadyHook = std::function<void(int param_index)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // Told around every use of a layer's (or the ends') parameters (model/parameter_hooks.h);
+  // borrowed; nullptr (the default): the store holds everything.
+  void set_parameter_hooks(ParameterHooks* hooks) { parameter_hooks_ = hooks; }
 
  private:
   struct Layer;
@@ -147,6 +153,7 @@ class Transformer {
   Tensor partial_grads_;  // packed gradients of the partial_grad parameters (f32)
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
   GradReadyHook grad_ready_hook_;
+  ParameterHooks* parameter_hooks_ = nullptr;
 };
 
 }  // namespace lattice

@@ -4,6 +4,17 @@
 
 namespace lattice {
 
+namespace {
+
+constexpr CollectiveOptions kFixedRing{.algorithm = Algorithm::kRing};
+
+FlatRange intersect(FlatRange a, FlatRange b) {
+  const int64_t begin = std::max(a.begin, b.begin);
+  return FlatRange{begin, std::max(begin, std::min(a.end, b.end))};
+}
+
+}  // namespace
+
 FlatRange zero_shard(int64_t total, int n, int rank) {
   LATTICE_CHECK(n >= 1 && rank >= 0 && rank < n, "zero_shard: rank {} of {}", rank, n);
   const int64_t per_rank = ((total + n - 1) / n + 15) / 16 * 16;
@@ -12,11 +23,25 @@ FlatRange zero_shard(int64_t total, int n, int rank) {
 }
 
 void gather_shards(Communicator& dp, float* flat, int64_t total) {
-  const CollectiveOptions options{.algorithm = Algorithm::kRing};
+  broadcast_from_owners(dp, flat, FlatRange{0, total}, total);
+}
+
+void reduce_to_owners(Communicator& dp, float* data, FlatRange range, int64_t total,
+                      const std::function<void(FlatRange piece, const float* sums)>& on_owned) {
   for (int r = 0; r < dp.size(); ++r) {
-    const FlatRange shard = zero_shard(total, dp.size(), r);
-    if (shard.size() == 0) continue;
-    dp.broadcast(flat + shard.begin, shard.size(), DType::kF32, r, options);
+    const FlatRange piece = intersect(range, zero_shard(total, dp.size(), r));
+    if (piece.size() == 0) continue;
+    float* at = data + (piece.begin - range.begin);
+    dp.reduce(at, at, piece.size(), DType::kF32, r, ReduceOp::kSum, kFixedRing);
+    if (r == dp.rank()) on_owned(piece, at);
+  }
+}
+
+void broadcast_from_owners(Communicator& dp, float* data, FlatRange range, int64_t total) {
+  for (int r = 0; r < dp.size(); ++r) {
+    const FlatRange piece = intersect(range, zero_shard(total, dp.size(), r));
+    if (piece.size() == 0) continue;
+    dp.broadcast(data + (piece.begin - range.begin), piece.size(), DType::kF32, r, kFixedRing);
   }
 }
 

@@ -32,7 +32,9 @@ class AdamW {
   ParameterStore& store() { return store_; }
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
-  bool sharded() const { return shard_begin_ != 0 || shard_end_ != store_.master().numel(); }
+  bool sharded() const {
+    return shard_begin_ != 0 || shard_end_ != store_.registry().total_elements();
+  }
 
  private:
   ParameterStore& store_;

@@ -266,6 +266,10 @@ const std::map<std::string, Setter>& setters() {
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      c.keep_last = get_positive(n, k);
                    }},
+                  {"output.checkpoint_async",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.checkpoint_async = get_bool(n, k);
+                   }},
                   // parallel (the `lattice train` flags of the same names override these)
                   {"parallel.dp",
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
@@ -282,12 +286,11 @@ const std::map<std::string, Setter>& setters() {
                   {"parallel.zero",
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      int64_t stage = get_int(n, k);
-                     if (stage != 0 && stage != 1) {
+                     if (stage < 0 || stage > 3) {
                        LATTICE_THROW(ConfigError,
-                                     "config key '{}' = {} is not a supported ZeRO stage ---> "
-                                     "HINT: use 0 (replicated optimizer state) or 1 (AdamW "
-                                     "moments sharded over dp); stages 2 and 3 are not "
-                                     "implemented yet",
+                                     "config key '{}' = {} is not a ZeRO stage ---> HINT: use 0 "
+                                     "(replicated), 1 (optimizer state sharded over dp), 2 (and "
+                                     "gradients) or 3 (and parameters)",
                                      k, stage);
                      }
                      c.parallel.zero = int(stage);

@@ -82,6 +82,8 @@ struct TrainConfig {
   // keep_last; `lattice train --resume auto` continues from the newest valid one.
   int64_t checkpoint_every = 0;
   int64_t keep_last = 3;
+  // Periodic checkpoints snapshot in memory and write on a background thread (--ckpt-async).
+  bool checkpoint_async = false;
 
   ParallelConfig parallel;
 

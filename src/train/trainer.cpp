@@ -54,11 +54,18 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
     pp_size_ = parallel_.pp->size();
     pp_rank_ = parallel_.pp->rank();
   }
-  if (parallel_.zero < 0 || parallel_.zero > 1) {
+  if (parallel_.zero < 0 || parallel_.zero > 3) {
     LATTICE_THROW(ConfigError,
-                  "zero stage {} is not supported ---> HINT: use --zero 0 (replicated) or 1 "
-                  "(optimizer state sharded over dp); stages 2 and 3 are not implemented yet",
+                  "zero stage {} does not exist ---> HINT: use --zero 0 (replicated), 1 (optimizer "
+                  "state sharded over dp), 2 (and gradients) or 3 (and parameters)",
                   parallel_.zero);
+  }
+  if (parallel_.zero >= 2 && pp_size_ > 1) {
+    LATTICE_THROW(ConfigError,
+                  "--zero {} with --pp {}: ZeRO-2/3 shard gradients (and parameters) per "
+                  "backward, which the pipeline schedules do not drive yet ---> HINT: use --zero "
+                  "1 with pipeline parallelism, or --pp 1",
+                  parallel_.zero, pp_size_);
   }
   config_.resolve_batch(dp_size_);
   // Checked before anything is allocated: heads, kv heads and d_ff must split over tp; under
@@ -113,17 +120,30 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
     val_loader_ = open_loader(dir / "val.bin", val, config_.micro_batch);
   }
 
+  const ZeroSharding zero{parallel_.zero, dp_size_, dp_rank_};
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
                                          TensorParallel(parallel_.tp, parallel_.sequence_parallel),
-                                         part);
+                                         part, zero);
   model_->set_recompute(parallel_.recompute);
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
   param_ranges_ = flat_ranges(model_->registry());
   const int64_t P = model_->registry().total_elements();
-  const FlatRange owned = parallel_.zero >= 1 ? zero_shard(P, dp_size_, dp_rank_) : FlatRange{0, P};
+  const FlatRange owned = zero.owned(P);
   optimizer_ =
       std::make_unique<AdamW>(model_->parameters(), arena_, config_.adam, owned.begin, owned.end);
-  if (dp_size_ > 1) {
+  if (zero.shards_gradients()) {
+    zero_thread_ = std::make_unique<CommThread>();
+    sharded_gradients_ =
+        std::make_unique<ShardedGradients>(*parallel_.dp, model_->parameters(), param_ranges_,
+                                           parallel_.bucket_bytes, *zero_thread_, arena_);
+    if (zero.shards_parameters()) {
+      gathered_parameters_ = std::make_unique<GatheredParameters>(
+          *parallel_.dp, model_->parameters(), *zero_thread_, arena_);
+    }
+    zero_hooks_ = std::make_unique<ZeroHooks>(*sharded_gradients_, gathered_parameters_.get(),
+                                              config_.model.n_layer);
+    model_->set_parameter_hooks(zero_hooks_.get());
+  } else if (dp_size_ > 1) {
     GradReducerOptions options{.bucket_bytes = parallel_.bucket_bytes};
     reducer_ = std::make_unique<GradReducer>(*parallel_.dp, model_->parameters().grads(),
                                              param_ranges_, options);
@@ -163,20 +183,23 @@ double Trainer::global_grad_norm() {
   // After the dp reduction every replica holds all gradients of its shard of the model; under
   // ZeRO each dp rank sums the squares of its optimizer shard only. Parameters replicated over
   // tp are counted on tp rank 0 only, so every element of the model counts exactly once.
+  // grads() holds [held.begin, held.end) of the flat store: all of it, or the ZeRO-2/3 shard.
   const Tensor& grads = model_->parameters().grads();
+  const FlatRange held = model_->parameters().grad_range();
   const bool zero = parallel_.zero >= 1 && dp_size_ > 1;
-  const int64_t begin = zero ? optimizer_->shard_begin() : 0;
-  const int64_t end = zero ? optimizer_->shard_end() : grads.numel();
+  const int64_t begin = zero ? optimizer_->shard_begin() : held.begin;
+  const int64_t end = zero ? optimizer_->shard_end() : held.end;
   double local = 0.0;
   if (tp_size_ == 1 && pp_size_ == 1) {
-    if (end > begin) local = grad_sum_squares(grads.slice_rows(begin, end));
+    if (end > begin)
+      local = grad_sum_squares(grads.slice_rows(begin - held.begin, end - held.begin));
   } else {
     for (const ParameterSpec& spec : model_->registry().specs()) {
       if (spec.shard.replicated() && tp_rank_ != 0) continue;
       if (spec.tied_copy) continue;  // counted on the first stage
       const int64_t lo = std::max(begin, spec.offset);
       const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
-      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo, hi));
+      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
     }
   }
   if (zero) local = sum_over_ranks(*parallel_.dp, {local})[0];
@@ -200,6 +223,14 @@ double Trainer::run_micro_batches(double global_tokens) {
     train_loader_->read_batch_rows(step_, row, row + B, micro_.inputs, micro_.targets);
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
     loss_sum += r.loss_sum;
+    if (sharded_gradients_ != nullptr) {
+      // ZeRO-2/3: every micro-batch's gradients are reduced into the owners' shards.
+      model_->set_grad_ready_hook([this](int index) { sharded_gradients_->param_ready(index); });
+      model_->backward(float(1.0 / global_tokens));
+      model_->set_grad_ready_hook({});
+      sharded_gradients_->finish_backward();
+      continue;
+    }
     const bool last = mb + 1 == M;
     if (reducer_ != nullptr && last) {
       // Buckets launch as their gradients become final, overlapping the rest of backward.
@@ -210,6 +241,7 @@ double Trainer::run_micro_batches(double global_tokens) {
     model_->set_grad_ready_hook({});
   }
   if (reducer_ != nullptr) reducer_->finish();
+  if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
   return loss_sum;
 }
 
@@ -258,7 +290,7 @@ StepMetrics Trainer::train_step() {
   // reads rows [rank·M·B, (rank+1)·M·B) of global batch `step`: the same tokens for any dp.
   const double global_tokens = double(config_.global_batch * config_.seq_len);
   double loss_sum = pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens);
-  if (reducer_ != nullptr) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
+  if (dp_size_ > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
   TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
@@ -266,12 +298,15 @@ StepMetrics Trainer::train_step() {
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);
-  if (optimizer_->sharded()) {
+  if (optimizer_->sharded() && !params.values_lent()) {
+    // ZeRO-1/2: the owners' updated shards go to every replica. ZeRO-3 keeps them sharded: the
+    // next forward gathers what it uses.
     gather_shards(*parallel_.dp, params.master().data<float>(), params.master().numel());
     params.refresh_compute_copy();
   }
   ++step_;
-  if (parallel_.check_replicas && dp_size_ > 1) check_replicas_now();
+  // Under ZeRO-3 there are no replicas: every element has one owner.
+  if (parallel_.check_replicas && dp_size_ > 1 && !params.values_lent()) check_replicas_now();
   update_scope.finish();
   // ---- end of training section ----
 
@@ -326,6 +361,7 @@ double Trainer::evaluate() {
     loss_sum += r.loss_sum;
     tokens += r.token_count;
   }
+  if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
   return loss_sum / double(std::max<int64_t>(1, tokens));
 }
 

@@ -18,9 +18,12 @@
 #include "model/transformer.h"
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_runtime.h"
+#include "train/gathered_parameters.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/sharded_gradients.h"
 #include "train/train_config.h"
+#include "train/zero_hooks.h"
 
 namespace lattice {
 
@@ -41,7 +44,9 @@ struct StepMetrics {
 // tensor-parallel group (docs/tensor-parallel.md); nullptr or a group of one: not split that way.
 struct ParallelSetup {
   Communicator* dp = nullptr;
-  int zero = 0;                    // 0: replicated optimizer; 1: AdamW moments sharded
+  // ZeRO stage over dp (parallel/zero_shards.h): 0 replicated; 1 AdamW moments sharded; 2 also
+  // the gradients; 3 also the parameters (pp = 1 only).
+  int zero = 0;
   int64_t bucket_bytes = 1 << 20;  // gradient bucket size (f32 bytes)
   bool check_replicas = false;     // hash and compare the parameters after every step
   int threads = 0;                 // per rank; 0: cores / (dp · tp) (never oversubscribe)
@@ -80,8 +85,12 @@ class Trainer {
   const Schedule& pipeline_schedule() const { return pipeline_schedule_; }
   const PipelineStepStats& pipeline_stats() const { return pipeline_stats_; }
   const ParallelSetup& parallel() const { return parallel_; }
-  // The reducer of a dp > 1 run (nullptr otherwise).
+  // The reducer of a dp > 1 run at ZeRO 0/1 (nullptr otherwise).
   const GradReducer* grad_reducer() const { return reducer_.get(); }
+  // The gradient sharding of a dp > 1 run at ZeRO 2/3, and the parameter gathering at ZeRO-3
+  // (nullptr otherwise).
+  const ShardedGradients* sharded_gradients() const { return sharded_gradients_.get(); }
+  const GatheredParameters* gathered_parameters() const { return gathered_parameters_.get(); }
   Transformer& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
@@ -109,6 +118,12 @@ class Trainer {
   PipelineStepStats pipeline_stats_;
   std::vector<FlatRange> param_ranges_;
   std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ShardedGradients> sharded_gradients_;      // ZeRO-2/3, dp > 1
+  std::unique_ptr<GatheredParameters> gathered_parameters_;  // ZeRO-3, dp > 1
+  std::unique_ptr<ZeroHooks> zero_hooks_;
+  // Runs the ZeRO-2/3 reductions and gathers; declared after their users so that it is joined
+  // before they are destroyed.
+  std::unique_ptr<CommThread> zero_thread_;
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;

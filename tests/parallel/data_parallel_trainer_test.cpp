@@ -49,8 +49,12 @@ using CategoryBytes = std::array<size_t, kMemoryCategoryCount>;
 struct RunResult {
   std::vector<double> losses;
   std::vector<double> grad_norms;
-  std::vector<float> params;              // rank 0's master weights after the last step
+  std::vector<float> params;              // the master weights after the last step (gathered)
   std::vector<CategoryBytes> live_bytes;  // [dp rank]: its arena's live bytes by category
+  std::vector<CategoryBytes> peak_bytes;  // [dp rank]: its arena's peak bytes by category
+  // [dp rank]: the most gradient-bucket bytes lent at once (ZeRO-2/3) and gathered parameter
+  // elements held at once (ZeRO-3).
+  std::vector<int64_t> peak_lent_bucket_bytes, peak_gathered_elements;
 };
 
 RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0) {
@@ -58,6 +62,9 @@ RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0)
   config.micro_batch = 0;  // derived: global / (micro_batches × dp)
   RunResult run;
   run.live_bytes.resize(size_t(dp));
+  run.peak_bytes.resize(size_t(dp));
+  run.peak_lent_bucket_bytes.resize(size_t(dp));
+  run.peak_gathered_elements.resize(size_t(dp));
   std::mutex mutex;
   run_ranks(dp, [&](Communicator& comm) {
     Arena arena(fmt::format("rank{}", comm.rank()));
@@ -71,17 +78,31 @@ RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0)
       norms.push_back(m.grad_norm);
     }
     std::lock_guard lock(mutex);
-    run.live_bytes[size_t(comm.rank())] = arena.stats().live_by_category;
+    const size_t rank = size_t(comm.rank());
+    run.live_bytes[rank] = arena.stats().live_by_category;
+    run.peak_bytes[rank] = arena.stats().peak_by_category;
+    // Each rank contributes the master elements it holds: all of them, or its ZeRO-3 shard.
+    ParameterStore& store = trainer.model().parameters();
+    const FlatRange held = store.master_range();
+    run.params.resize(size_t(trainer.model().registry().total_elements()));
+    std::copy(store.master().data<float>(), store.master().data<float>() + held.size(),
+              run.params.begin() + held.begin);
+    if (const ShardedGradients* sharded = trainer.sharded_gradients()) {
+      int64_t largest = 0;
+      for (const GradBucket& b : sharded->buckets()) largest = std::max(largest, b.size());
+      run.peak_lent_bucket_bytes[rank] = int64_t(sharded->peak_lent()) * largest * 4;
+      EXPECT_GT(sharded->peak_lent(), 0);
+    }
+    if (const GatheredParameters* gathered = trainer.gathered_parameters()) {
+      run.peak_gathered_elements[rank] = gathered->peak_held_elements();
+    }
     if (comm.rank() == 0) {
       run.losses = losses;
       run.grad_norms = norms;
-      const Tensor& master = trainer.model().parameters().master();
-      run.params.assign(master.data<float>(), master.data<float>() + master.numel());
-      if (dp > 1) {
+      if (const GradReducer* reducer = trainer.grad_reducer()) {
         // Every bucket was launched during backward (the hook reported every parameter).
-        EXPECT_EQ(trainer.grad_reducer()->launched_during_backward(),
-                  int(trainer.grad_reducer()->buckets().size()));
-        EXPECT_GT(trainer.grad_reducer()->buckets().size(), 1u);
+        EXPECT_EQ(reducer->launched_during_backward(), int(reducer->buckets().size()));
+        EXPECT_GT(reducer->buckets().size(), 1u);
       }
     }
   });
@@ -137,19 +158,24 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, DataParallelEquivalence,
-    ::testing::Values(Layout{"gpt2-tiny", 1, 4, 0}, Layout{"gpt2-tiny", 2, 1, 0},
-                      Layout{"gpt2-tiny", 2, 4, 0}, Layout{"gpt2-tiny", 4, 1, 0},
-                      Layout{"gpt2-tiny", 4, 4, 0}, Layout{"llama-tiny", 1, 4, 0},
-                      Layout{"llama-tiny", 2, 1, 0}, Layout{"llama-tiny", 2, 4, 0},
-                      Layout{"llama-tiny", 4, 1, 0}, Layout{"llama-tiny", 4, 4, 0},
-                      Layout{"gpt2-tiny", 2, 1, 1}, Layout{"gpt2-tiny", 4, 4, 1},
-                      Layout{"llama-tiny", 2, 4, 1}, Layout{"llama-tiny", 4, 1, 1}),
+    ::testing::Values(
+        Layout{"gpt2-tiny", 1, 4, 0}, Layout{"gpt2-tiny", 2, 1, 0}, Layout{"gpt2-tiny", 2, 4, 0},
+        Layout{"gpt2-tiny", 4, 1, 0}, Layout{"gpt2-tiny", 4, 4, 0}, Layout{"llama-tiny", 1, 4, 0},
+        Layout{"llama-tiny", 2, 1, 0}, Layout{"llama-tiny", 2, 4, 0}, Layout{"llama-tiny", 4, 1, 0},
+        Layout{"llama-tiny", 4, 4, 0}, Layout{"gpt2-tiny", 2, 1, 1}, Layout{"gpt2-tiny", 4, 4, 1},
+        Layout{"llama-tiny", 2, 4, 1}, Layout{"llama-tiny", 4, 1, 1}, Layout{"gpt2-tiny", 1, 4, 2},
+        Layout{"gpt2-tiny", 2, 1, 2}, Layout{"gpt2-tiny", 2, 4, 2}, Layout{"gpt2-tiny", 4, 1, 2},
+        Layout{"gpt2-tiny", 4, 4, 2}, Layout{"llama-tiny", 2, 1, 2}, Layout{"llama-tiny", 4, 4, 2},
+        Layout{"gpt2-tiny", 1, 4, 3}, Layout{"gpt2-tiny", 2, 1, 3}, Layout{"gpt2-tiny", 2, 4, 3},
+        Layout{"gpt2-tiny", 4, 1, 3}, Layout{"gpt2-tiny", 4, 4, 3}, Layout{"llama-tiny", 2, 1, 3},
+        Layout{"llama-tiny", 2, 4, 3}, Layout{"llama-tiny", 4, 1, 3},
+        Layout{"llama-tiny", 4, 4, 3}),
     layout_name);
 
 TEST(DataParallel, SameLayoutTwiceIsBitwiseIdentical) {
   auto dir = testing::make_corpus_dir("dp_bitwise");
   const TrainConfig config = small_config("gpt2-tiny", dir);
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2, 3}) {
     const RunResult a = train(config, 4, 2, zero);
     const RunResult b = train(config, 4, 2, zero);
     for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << i;
@@ -170,6 +196,8 @@ TEST(DataParallel, ClippedUpdateEqualsTheSingleRankOne) {
   for (double norm : single.grad_norms) ASSERT_GT(norm, 0.05) << "clipping must be active";
   expect_close(single, train(config, 2, 2, 0), 1e-5, kParamTolerance);
   expect_close(single, train(config, 4, 1, 1), 1e-5, kParamTolerance);
+  expect_close(single, train(config, 2, 2, 2), 1e-5, kParamTolerance);
+  expect_close(single, train(config, 4, 1, 3), 1e-5, kParamTolerance);
 }
 
 // Ψ: the padded parameter count, every parameter's flat slot rounded up to 16 elements (64
@@ -184,6 +212,19 @@ int64_t padded_parameter_count(const ModelConfig& model) {
   return psi;
 }
 
+// ZeRO-3's most gathered elements: the ends' parameters and the two largest layers' (padded).
+int64_t ends_and_two_layers(const ModelConfig& model) {
+  const ParameterRegistry registry(model);
+  std::vector<int64_t> per_layer(size_t(model.n_layer), 0);
+  int64_t ends = 0;
+  for (const ParameterSpec& spec : registry.specs()) {
+    const int64_t padded = (spec.local_shape.numel() + 15) / 16 * 16;
+    (spec.layer < 0 ? ends : per_layer[size_t(spec.layer)]) += padded;
+  }
+  std::sort(per_layer.rbegin(), per_layer.rend());
+  return ends + per_layer[0] + (per_layer.size() > 1 ? per_layer[1] : 0);
+}
+
 // Elements of dp rank r's ZeRO-1 shard: S = ceil16(ceil(Ψ / N)) each, the last ones shorter
 // (or empty) so that the shards tile [0, Ψ).
 int64_t zero_shard_elements(int64_t psi, int n, int r) {
@@ -191,44 +232,71 @@ int64_t zero_shard_elements(int64_t psi, int n, int r) {
   return std::clamp(psi - r * per_rank, int64_t(0), per_rank);
 }
 
-// The arena's live bytes by category on every dp rank against docs/data-parallel.md's
-// formulas, exactly: live bytes count what was requested, not the 64-byte-rounded blocks.
-//   parameters: 4Ψ (f32 master) + 2Ψ (bf16 compute copy; none under fp32 compute)
-//   gradients:  4Ψ (f32, not sharded at ZeRO-0/1)
-//   optimizer:  8Ψ (f32 m and v) at ZeRO-0; 8·|shard_r| ≈ 8Ψ/N at ZeRO-1
+// The arena's bytes by category on every dp rank against docs/data-parallel.md's formulas,
+// exactly: live bytes count what was requested, not the 64-byte-rounded blocks. |S_r| is rank
+// r's shard, ≈ Ψ/N.
+//   parameters: 4Ψ (f32 master) + 2Ψ (bf16 compute copy; none under fp32) at ZeRO-0/1/2;
+//               4|S_r| at ZeRO-3 between steps (the master shard only)
+//   gradients:  4Ψ (f32) at ZeRO-0/1; 4|S_r| at ZeRO-2/3 between backwards
+//   optimizer:  8Ψ (f32 m and v) at ZeRO-0; 8|S_r| from ZeRO-1
+// and the peaks add exactly the transient buffers: the gradient buckets lent at once (ZeRO-2/3)
+// and the gathered units held at once (ZeRO-3: f32 values, plus a bf16 copy under bf16).
 void expect_bytes_per_category(const TrainConfig& config, int dp, int zero) {
   const int64_t psi = padded_parameter_count(config.model);
   const RunResult run = train(config, dp, 1, zero);
   ASSERT_EQ(run.live_bytes.size(), size_t(dp));
-  const int64_t compute_copy = config.compute_dtype == DType::kBF16 ? 2 * psi : 0;
-  int64_t optimizer_total = 0;
+  const bool bf16 = config.compute_dtype == DType::kBF16;
+  const bool sharded = dp > 1;
+  int64_t optimizer_total = 0, gradient_total = 0, parameter_total = 0;
   for (int r = 0; r < dp; ++r) {
     const CategoryBytes& live = run.live_bytes[size_t(r)];
-    const int64_t moments = zero == 0 ? psi : zero_shard_elements(psi, dp, r);
+    const CategoryBytes& peak = run.peak_bytes[size_t(r)];
+    const int64_t shard = zero == 0 ? psi : zero_shard_elements(psi, dp, r);
+    const int64_t params = zero >= 3 && sharded ? 4 * shard : 4 * psi + (bf16 ? 2 * psi : 0);
+    const int64_t grads = zero >= 2 && sharded ? 4 * shard : 4 * psi;
     const std::string where = fmt::format("Ψ {} dp {} zero {} rank {} {}", psi, dp, zero, r,
                                           dtype_name(config.compute_dtype));
-    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kParameters)]), 4 * psi + compute_copy) << where;
-    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kGradients)]), 4 * psi) << where;
-    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kOptimizerState)]), 8 * moments) << where;
+    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kParameters)]), params) << where;
+    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kGradients)]), grads) << where;
+    EXPECT_EQ(int64_t(live[size_t(MemoryCategory::kOptimizerState)]), 8 * shard) << where;
+    const int64_t gathered = run.peak_gathered_elements[size_t(r)] * (bf16 ? 6 : 4);
+    EXPECT_EQ(int64_t(peak[size_t(MemoryCategory::kParameters)]), params + gathered) << where;
+    EXPECT_LE(int64_t(peak[size_t(MemoryCategory::kGradients)]),
+              grads + run.peak_lent_bucket_bytes[size_t(r)])
+        << where;
+    if (zero >= 3 && sharded) {
+      // At most the ends (embedding and head) and two layers are gathered at once.
+      EXPECT_GT(run.peak_gathered_elements[size_t(r)], 0) << where;
+      EXPECT_LE(run.peak_gathered_elements[size_t(r)], ends_and_two_layers(config.model)) << where;
+    }
     optimizer_total += int64_t(live[size_t(MemoryCategory::kOptimizerState)]);
+    gradient_total += int64_t(live[size_t(MemoryCategory::kGradients)]);
+    parameter_total += int64_t(live[size_t(MemoryCategory::kParameters)]);
   }
-  // ZeRO-1 stores every moment once over the group: the optimizer state really shrinks.
-  EXPECT_EQ(optimizer_total, 8 * psi * (zero == 0 ? dp : 1)) << "dp " << dp << " zero " << zero;
+  // What a stage shards is stored once over the group: the memory really shrinks.
+  const int64_t copies = sharded ? dp : 1;
+  EXPECT_EQ(optimizer_total, 8 * psi * (zero == 0 ? copies : 1)) << "dp " << dp << " zero " << zero;
+  EXPECT_EQ(gradient_total, 4 * psi * (zero >= 2 ? 1 : copies)) << "dp " << dp << " zero " << zero;
+  if (zero >= 3 && sharded) {
+    EXPECT_EQ(parameter_total, 4 * psi) << "dp " << dp << " zero " << zero;
+  }
 }
 
-TEST(DataParallel, ZeroOneShardsTheOptimizerState) {
+TEST(DataParallel, EveryZeroStageShrinksWhatItShards) {
   auto dir = testing::make_corpus_dir("dp_memory");
   TrainConfig config = small_config("gpt2-tiny", dir);
   config.steps = config.decay_steps = 2;  // the bytes are allocated at construction
   for (int dp : {1, 2, 4}) {
-    for (int zero : {0, 1}) expect_bytes_per_category(config, dp, zero);
+    for (int zero : {0, 1, 2, 3}) expect_bytes_per_category(config, dp, zero);
   }
   // One layer of d_model 48 makes Ψ an odd multiple of 16, so the ZeRO-1 shards over 2 and 4
   // ranks are uneven: the last rank's is shorter.
   config.model.d_model = 48;
   config.model.n_layer = 1;
   ASSERT_NE(padded_parameter_count(config.model) % 32, 0);
-  for (int dp : {2, 4}) expect_bytes_per_category(config, dp, 1);
+  for (int dp : {2, 4}) {
+    for (int zero : {1, 2, 3}) expect_bytes_per_category(config, dp, zero);
+  }
 }
 
 // Mixed precision: the bf16 compute copy adds 2Ψ to the parameters; the master weights,
@@ -240,7 +308,7 @@ TEST(DataParallel, MixedPrecisionBytesPerCategoryMatchTheFormulas) {
     config.compute_dtype = DType::kBF16;
     config.steps = config.decay_steps = 2;
     for (int dp : {1, 2}) {
-      for (int zero : {0, 1}) expect_bytes_per_category(config, dp, zero);
+      for (int zero : {0, 1, 2, 3}) expect_bytes_per_category(config, dp, zero);
     }
   }
 }
@@ -254,7 +322,7 @@ TEST(DataParallel, Bf16FollowsTheSingleRankBf16Run) {
   TrainConfig config = small_config("llama-tiny", dir);
   config.compute_dtype = DType::kBF16;
   const RunResult single = train(config, 1, 1);
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2, 3}) {
     const RunResult layout = train(config, 2, 2, zero);
     for (size_t i = 0; i < single.losses.size(); ++i) {
       EXPECT_NEAR(single.losses[i], layout.losses[i], 1e-4 * single.losses[i])
@@ -263,14 +331,14 @@ TEST(DataParallel, Bf16FollowsTheSingleRankBf16Run) {
   }
 }
 
-TEST(DataParallel, UnsupportedZeroStageIsAClearError) {
-  auto dir = testing::make_corpus_dir("dp_zero3");
+TEST(DataParallel, UnknownZeroStageIsAClearError) {
+  auto dir = testing::make_corpus_dir("dp_zero4");
   const TrainConfig config = small_config("gpt2-tiny", dir);
   try {
-    train(config, 2, 1, 3);
-    FAIL() << "zero 3 should be refused";
+    train(config, 2, 1, 4);
+    FAIL() << "zero 4 should be refused";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("zero stage 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("zero stage 4"), std::string::npos) << e.what();
   }
 }
 

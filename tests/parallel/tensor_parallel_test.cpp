@@ -272,13 +272,14 @@ TEST_P(TensorParallelTraining, TenStepsMatchTheSingleRankLosses) {
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelTraining, ::testing::ValuesIn(kLayouts),
                          layout_name);
 
-// Data and tensor parallelism on one mesh (tp fastest), with and without ZeRO-1 over dp.
+// Data and tensor parallelism on one mesh (tp fastest), with every ZeRO stage over dp (under
+// sequence parallelism ZeRO-2/3 sum the norms' partial gradients over tp on the owned shard).
 TEST(TensorParallelTraining, DataTimesTensorParallelMeshMatchesTheSingleRankRun) {
   auto dir = testing::make_corpus_dir("tp_dp_mesh");
   for (const char* model : {"gpt2-tiny", "llama-tiny"}) {
     const TrainConfig config = train_config(model, dir);
     const TrainRun single = train(config, 1, false);
-    for (int zero : {0, 1}) {
+    for (int zero : {0, 1, 2, 3}) {
       const TrainRun mesh = train(config, 2, true, 2, zero);
       for (size_t s = 0; s < single.losses.size(); ++s) {
         EXPECT_NEAR(mesh.losses[s], single.losses[s], 1e-5 * single.losses[s])

@@ -117,9 +117,11 @@ check_replicas = true
 }
 
 TEST(TrainConfig, BadParallelValuesNameTheKeyAndTheFix) {
-  std::string e = error_of("[parallel]\nzero = 2\n");
-  EXPECT_NE(e.find("'parallel.zero' = 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("use 0 (replicated optimizer state) or 1"), std::string::npos) << e;
+  std::string e = error_of("[parallel]\nzero = 4\n");
+  EXPECT_NE(e.find("'parallel.zero' = 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("use 0 (replicated), 1 (optimizer state sharded over dp), 2"),
+            std::string::npos)
+      << e;
   EXPECT_NE(error_of("", {"parallel.zero=-1"}).find("'parallel.zero' = -1"), std::string::npos);
   e = error_of("[parallel]\ndp = 0\n");
   EXPECT_NE(e.find("'parallel.dp' = 0 must be a number of ranks from 1"), std::string::npos) << e;

@@ -1,0 +1,120 @@
+#include "train/sharded_gradients.h"
+
+#include <algorithm>
+
+#include "core/timer.h"
+#include "parallel/zero_shards.h"
+
+namespace lattice {
+
+ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
+                                   const std::vector<FlatRange>& params, int64_t bucket_bytes,
+                                   CommThread& thread, Arena& arena)
+    : dp_(dp), store_(store), thread_(thread), arena_(arena) {
+  LATTICE_CHECK(store.gradients_lent(), "ShardedGradients needs a store that lends gradients");
+  const int64_t elements = bucket_bytes / int64_t(sizeof(float));
+  buckets_ = plan_grad_buckets(params, bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements));
+  const auto& specs = store.registry().specs();
+  bucket_of_param_.resize(specs.size());
+  int64_t max_layer = -1;
+  for (const ParameterSpec& spec : specs) max_layer = std::max(max_layer, spec.layer);
+  unit_buckets_.resize(size_t(max_layer + 2));
+  for (int b = 0; b < int(buckets_.size()); ++b) {
+    for (int p = buckets_[size_t(b)].first_param; p < buckets_[size_t(b)].end_param; ++p) {
+      bucket_of_param_[size_t(p)] = b;
+      std::vector<int>& of_unit = unit_buckets_[size_t(specs[size_t(p)].layer + 1)];
+      if (of_unit.empty() || of_unit.back() != b) of_unit.push_back(b);
+    }
+  }
+  lent_.resize(buckets_.size());
+  pending_.assign(buckets_.size(), 0);
+  launched_.assign(buckets_.size(), false);
+  reduced_ = std::make_unique<std::atomic<bool>[]>(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) reduced_[b] = false;
+}
+
+void ShardedGradients::lend(int64_t unit) {
+  free_reduced();
+  LATTICE_CHECK(unit + 1 >= 0 && size_t(unit + 1) < unit_buckets_.size(), "no parameter unit {}",
+                unit);
+  for (int b : unit_buckets_[size_t(unit + 1)]) {
+    if (!lent_[size_t(b)].defined() && !launched_[size_t(b)]) lend_bucket(b);
+  }
+}
+
+void ShardedGradients::lend_bucket(int bucket) {
+  const GradBucket& range = buckets_[size_t(bucket)];
+  Tensor buffer = Tensor::zeros(arena_, {range.size()}, DType::kF32, MemoryCategory::kGradients);
+  const auto& specs = store_.registry().specs();
+  for (int p = range.first_param; p < range.end_param; ++p) {
+    const ParameterSpec& spec = specs[size_t(p)];
+    const int64_t begin = spec.offset - range.begin;
+    store_.bind_grad(
+        p, buffer.slice_rows(begin, begin + spec.local_shape.numel()).view(spec.local_shape));
+  }
+  lent_[size_t(bucket)] = std::move(buffer);
+  pending_[size_t(bucket)] = range.end_param - range.first_param;
+  reduced_[size_t(bucket)] = false;
+  peak_lent_ = std::max(peak_lent_, ++lent_count_);
+}
+
+void ShardedGradients::param_ready(int index) {
+  const int b = bucket_of_param_.at(size_t(index));
+  LATTICE_CHECK(lent_[size_t(b)].defined(),
+                "gradient of parameter '{}' reported final, but its bucket was never lent (its "
+                "unit's backward did not start)",
+                store_.registry().at(index).name);
+  LATTICE_CHECK(pending_[size_t(b)] > 0, "parameter {} reported ready twice", index);
+  if (--pending_[size_t(b)] == 0) launch(b);
+}
+
+void ShardedGradients::launch(int bucket) {
+  launched_[size_t(bucket)] = true;
+  const FlatRange range{buckets_[size_t(bucket)].begin, buckets_[size_t(bucket)].end};
+  float* data = lent_[size_t(bucket)].data<float>();
+  thread_.submit([this, bucket, range, data] {
+    Stopwatch watch;
+    const FlatRange held = store_.grad_range();
+    float* grads = store_.grads().data<float>();
+    reduce_to_owners(dp_, data, range, store_.registry().total_elements(),
+                     [&](FlatRange piece, const float* sums) {
+                       float* into = grads + (piece.begin - held.begin);
+                       for (int64_t i = 0; i < piece.size(); ++i) into[i] += sums[i];
+                     });
+    communication_seconds_ += watch.seconds();
+    reduced_[size_t(bucket)] = true;
+  });
+}
+
+void ShardedGradients::free_reduced() {
+  for (int b = 0; b < int(buckets_.size()); ++b) {
+    if (lent_[size_t(b)].defined() && launched_[size_t(b)] && reduced_[size_t(b)]) free_bucket(b);
+  }
+}
+
+void ShardedGradients::free_bucket(int bucket) {
+  const GradBucket& range = buckets_[size_t(bucket)];
+  for (int p = range.first_param; p < range.end_param; ++p) store_.unbind_grad(p);
+  lent_[size_t(bucket)] = Tensor();
+  --lent_count_;
+}
+
+void ShardedGradients::finish_backward() {
+  for (int b = 0; b < int(buckets_.size()); ++b) {
+    // A bucket no backward lent (its parameters got no gradient) has nothing to reduce, but its
+    // owners still expect the collective: lend it as zeros so every rank runs the same calls.
+    if (!launched_[size_t(b)]) {
+      if (!lent_[size_t(b)].defined()) lend_bucket(b);
+      launch(b);
+    }
+  }
+  Stopwatch watch;
+  thread_.wait();
+  exposed_seconds_ += watch.seconds();
+  for (int b = 0; b < int(buckets_.size()); ++b) {
+    if (lent_[size_t(b)].defined()) free_bucket(b);
+    launched_[size_t(b)] = false;
+  }
+}
+
+}  // namespace lattice
