@@ -1,4 +1,4 @@
-// `lattice explain CONFIG [--tp N] [--sp] [--dp N] [--zero 0|1] [--pp P --schedule KIND
+// `lattice explain CONFIG [--tp N] [--sp] [--dp N] [--zero 0|1|2|3] [--pp P --schedule KIND
 // --micro-batches M --virtual-stages V] [--rank R] [--set key=value ...]`: prints, before anything
 // runs and without allocating the model, what one rank holds and sends (DESIGN.md invariant 2):
 // the layout, its parameter table, the activations of one micro-batch, the ordered
@@ -240,10 +240,19 @@ void run_explain(ExplainArgs args) {
   }
   ParameterTable params = parameter_table(w);
   std::string zero_note = args.dp > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
-  if (args.zero == 1 && args.dp > 1) {
+  if (args.zero >= 1 && args.dp > 1) {
+    // What the stage shards, as the ParameterStore allocates it (model/parameters.h): the
+    // moments from 1, the gradients from 2 (the packed tp-partial buffer stays), the f32 master
+    // from 3 (no standing compute copy; layers are gathered for their use).
     const FlatRange shard = zero_shard(params.store_elements, args.dp, at.dp);
     params = parameter_table(w, shard.size());
-    zero_note = fmt::format(" (ZeRO 1: dp rank {}'s shard of {})", at.dp, args.dp);
+    if (args.zero >= 2) params.gradient_bytes += 4 * (shard.size() - params.store_elements);
+    if (args.zero >= 3) params.parameter_bytes = 4 * shard.size();
+    zero_note =
+        fmt::format(" (ZeRO {}: dp rank {}'s shard of {} for {})", args.zero, at.dp, args.dp,
+                    args.zero == 1   ? "the optimizer state"
+                    : args.zero == 2 ? "the optimizer state and gradients"
+                                     : "the optimizer state, gradients and parameters");
   }
   const ActivationTable acts = activation_table(w);
   const std::vector<CollectiveRecord> collectives = tensor_parallel_collectives(w);
@@ -283,8 +292,9 @@ void register_explain_command(CLI::App& app) {
   cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--zero", args->zero,
-                  "ZeRO stage over dp: 0 replicated, 1 optimizer sharded (default: parallel.zero)")
-      ->check(CLI::Range(0, 1));
+                  "ZeRO stage over dp: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 "
+                  "and parameters (default: parallel.zero)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--pp", args->pp, "Pipeline stages")->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "trace/event_recorder.h"
 
 namespace lattice {
 
@@ -49,7 +50,10 @@ void GradReducer::finish() {
     if (!launched_[size_t(b)]) launch(b);
   }
   Stopwatch watch;
-  thread_.wait();
+  {
+    TraceScope scope("wait for gradient buckets", TraceCategory::kIdle);
+    thread_.wait();
+  }
   exposed_seconds_ += watch.seconds();
 }
 
@@ -58,7 +62,10 @@ void GradReducer::launch(int bucket) {
   const GradBucket range = buckets_[size_t(bucket)];
   float* data = grads_.data<float>() + range.begin;
   CollectiveOptions options{.algorithm = options_.algorithm};
-  thread_.submit([this, data, range, options] {
+  EventRecorder* recorder = current_event_recorder();  // the rank's, recorded from the comm thread
+  thread_.submit([this, data, range, options, recorder, bucket] {
+    TraceScope scope(recorder, "dp all_reduce bucket", TraceCategory::kCollective,
+                     {{"bucket", bucket}, {"bytes", range.size() * 4}, {"group", dp_.name()}});
     Stopwatch watch;
     dp_.all_reduce(data, range.size(), DType::kF32, ReduceOp::kSum, options);
     communication_seconds_ += watch.seconds();

@@ -5,6 +5,7 @@
 
 #include "core/timer.h"
 #include "parallel/zero_shards.h"
+#include "trace/event_recorder.h"
 
 namespace lattice {
 
@@ -54,42 +55,50 @@ void GatheredParameters::prefetch(int64_t unit) {
   held.arrived = arrived->get_future().share();
   // The task holds the buffers only while it runs: it drops them before saying they arrived, so
   // that a release right after frees them (the arena's peak is then the same on every run).
-  thread_.submit([this, &u, values = held.values, compute = held.compute, arrived]() mutable {
-    try {
-      Stopwatch watch;
-      const FlatRange mine = store_.master_range();
-      const float* master = store_.master().data<float>();
-      const int64_t total = store_.registry().total_elements();
-      float* into = values.data<float>();
-      int64_t at = 0;
-      for (const FlatRange& range : u.ranges) {
-        // This rank's piece comes from its master shard; the owners broadcast theirs.
-        const int64_t begin = std::max(range.begin, mine.begin);
-        const int64_t end = std::min(range.end, mine.end);
-        if (begin < end) {
-          std::memcpy(into + at + (begin - range.begin), master + (begin - mine.begin),
-                      size_t(end - begin) * sizeof(float));
+  EventRecorder* recorder = current_event_recorder();  // the rank's, recorded from the comm thread
+  thread_.submit(
+      [this, &u, unit, values = held.values, compute = held.compute, arrived, recorder]() mutable {
+        try {
+          TraceScope scope(recorder, "dp gather parameters", TraceCategory::kCollective,
+                           {{"unit", unit}, {"bytes", u.elements * 4}, {"group", dp_.name()}});
+          Stopwatch watch;
+          const FlatRange mine = store_.master_range();
+          const float* master = store_.master().data<float>();
+          const int64_t total = store_.registry().total_elements();
+          float* into = values.data<float>();
+          int64_t at = 0;
+          for (const FlatRange& range : u.ranges) {
+            // This rank's piece comes from its master shard; the owners broadcast theirs.
+            const int64_t begin = std::max(range.begin, mine.begin);
+            const int64_t end = std::min(range.end, mine.end);
+            if (begin < end) {
+              std::memcpy(into + at + (begin - range.begin), master + (begin - mine.begin),
+                          size_t(end - begin) * sizeof(float));
+            }
+            broadcast_from_owners(dp_, into + at, range, total);
+            at += range.size();
+          }
+          if (compute.dtype() != DType::kF32) compute.copy_from(values);
+          communication_seconds_ += watch.seconds();
+        } catch (...) {
+          values = Tensor();
+          compute = Tensor();
+          arrived->set_exception(std::current_exception());
+          throw;
         }
-        broadcast_from_owners(dp_, into + at, range, total);
-        at += range.size();
-      }
-      if (compute.dtype() != DType::kF32) compute.copy_from(values);
-      communication_seconds_ += watch.seconds();
-    } catch (...) {
-      values = Tensor();
-      compute = Tensor();
-      arrived->set_exception(std::current_exception());
-      throw;
-    }
-    values = Tensor();
-    compute = Tensor();
-    arrived->set_value();
-  });
+        values = Tensor();
+        compute = Tensor();
+        arrived->set_value();
+      });
 }
 
 void GatheredParameters::gather(int64_t unit) {
   prefetch(unit);
   Held& held = held_of(unit);
+  if (held.arrived.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    TraceScope scope("wait for gathered parameters", TraceCategory::kIdle, {{"unit", unit}});
+    held.arrived.wait();
+  }
   held.arrived.get();  // rethrows the gather's failure
   if (held.bound) return;
   const Unit& u = unit_of(unit);

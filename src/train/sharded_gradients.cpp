@@ -4,6 +4,7 @@
 
 #include "core/timer.h"
 #include "parallel/zero_shards.h"
+#include "trace/event_recorder.h"
 
 namespace lattice {
 
@@ -72,7 +73,10 @@ void ShardedGradients::launch(int bucket) {
   launched_[size_t(bucket)] = true;
   const FlatRange range{buckets_[size_t(bucket)].begin, buckets_[size_t(bucket)].end};
   float* data = lent_[size_t(bucket)].data<float>();
-  thread_.submit([this, bucket, range, data] {
+  EventRecorder* recorder = current_event_recorder();  // the rank's, recorded from the comm thread
+  thread_.submit([this, bucket, range, data, recorder] {
+    TraceScope scope(recorder, "dp reduce_to_owners bucket", TraceCategory::kCollective,
+                     {{"bucket", bucket}, {"bytes", range.size() * 4}, {"group", dp_.name()}});
     Stopwatch watch;
     const FlatRange held = store_.grad_range();
     float* grads = store_.grads().data<float>();
@@ -109,7 +113,10 @@ void ShardedGradients::finish_backward() {
     }
   }
   Stopwatch watch;
-  thread_.wait();
+  {
+    TraceScope scope("wait for gradient buckets", TraceCategory::kIdle);
+    thread_.wait();
+  }
   exposed_seconds_ += watch.seconds();
   for (int b = 0; b < int(buckets_.size()); ++b) {
     if (lent_[size_t(b)].defined()) free_bucket(b);

@@ -221,13 +221,17 @@ double Trainer::run_micro_batches(double global_tokens) {
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
     train_loader_->read_batch_rows(step_, row, row + B, micro_.inputs, micro_.targets);
+    TraceScope forward_scope("forward", TraceCategory::kCompute, {{"micro_batch", mb}});
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
+    forward_scope.finish();
     loss_sum += r.loss_sum;
+    TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
     if (sharded_gradients_ != nullptr) {
       // ZeRO-2/3: every micro-batch's gradients are reduced into the owners' shards.
       model_->set_grad_ready_hook([this](int index) { sharded_gradients_->param_ready(index); });
       model_->backward(float(1.0 / global_tokens));
       model_->set_grad_ready_hook({});
+      backward_scope.finish();
       sharded_gradients_->finish_backward();
       continue;
     }
@@ -239,6 +243,7 @@ double Trainer::run_micro_batches(double global_tokens) {
     }
     model_->backward(float(1.0 / global_tokens));
     model_->set_grad_ready_hook({});
+    backward_scope.finish();
   }
   if (reducer_ != nullptr) reducer_->finish();
   if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
