@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/bench_parent.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/cost_model.h"
 #include "comm/thread_world.h"
@@ -46,19 +47,6 @@ struct BenchTrainArgs {
   std::vector<int64_t> ceiling_shape{4096, 768, 3072};  // M, K, N of the bf16 GEMM ceiling
   int gemm_repeats = 5;
 };
-
-DType parse_precision(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  LATTICE_THROW(ValueError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return in ? fmt::format("{} (1 min) {} (5 min)", one, five) : "unknown";
-}
 
 void run_bench_train(BenchTrainArgs args) {
   if (args.threads.empty()) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cli/bench_parent.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/thread_world.h"
 #include "core/arena.h"
@@ -91,26 +92,6 @@ struct LayoutResult {
   double bus_bytes_per_step = 0;
   double first_loss = 0, last_loss = 0;
 };
-
-double median(std::vector<double> values) {
-  LATTICE_CHECK(!values.empty(), "median of no values");
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return in ? fmt::format("{} (1 min) {} (5 min)", one, five) : "unknown";
-}
-
-DType parse_precision(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  LATTICE_THROW(ValueError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
-}
 
 // tp ascending, so that tp = 1 (the baseline of the speed-up) runs first.
 std::vector<Layout> layouts(const BenchTpArgs& args) {
