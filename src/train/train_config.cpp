@@ -338,6 +338,21 @@ const std::map<std::string, Setter>& setters() {
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      c.parallel.virtual_stages = get_rank_count(n, k);
                    }},
+                  {"parallel.layers_per_chunk",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     const toml::array* counts = n.as_array();
+                     if (counts == nullptr || counts->empty()) {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = {} must be a list of layer counts, one "
+                                     "per pipeline chunk ---> HINT: e.g. [1, 3] for 2 stages "
+                                     "over 4 layers; leave it out to balance by the cost model",
+                                     k, describe(n));
+                     }
+                     c.parallel.layers_per_chunk.clear();
+                     for (const toml::node& count : *counts) {
+                       c.parallel.layers_per_chunk.push_back(int(get_positive(count, k)));
+                     }
+                   }},
                   {"parallel.recompute",
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      std::string name = get_string(n, k);

@@ -116,11 +116,22 @@ check_replicas = true
   EXPECT_FALSE(c.parallel.check_replicas);
 }
 
+TEST(TrainConfig, LayersPerChunkIsAListOfLayerCounts) {
+  const TrainConfig c =
+      parse_train_config("[parallel]\npp = 2\nlayers_per_chunk = [1, 3]\n", "test.toml");
+  EXPECT_EQ(c.parallel.layers_per_chunk, (std::vector<int>{1, 3}));
+  const TrainConfig o = parse_train_config("", "test.toml", {"parallel.layers_per_chunk=[2, 2]"});
+  EXPECT_EQ(o.parallel.layers_per_chunk, (std::vector<int>{2, 2}));
+  std::string e = error_of("[parallel]\nlayers_per_chunk = 3\n");
+  EXPECT_NE(e.find("must be a list of layer counts"), std::string::npos) << e;
+  e = error_of("[parallel]\nlayers_per_chunk = [1, 0]\n");
+  EXPECT_NE(e.find("must be positive"), std::string::npos) << e;
+}
+
 TEST(TrainConfig, BadParallelValuesNameTheKeyAndTheFix) {
   std::string e = error_of("[parallel]\nzero = 4\n");
   EXPECT_NE(e.find("'parallel.zero' = 4"), std::string::npos) << e;
-  EXPECT_NE(e.find("use 0 (replicated), 1 (optimizer state sharded over dp), 2"),
-            std::string::npos)
+  EXPECT_NE(e.find("use 0 (replicated), 1 (optimizer state sharded over dp), 2"), std::string::npos)
       << e;
   EXPECT_NE(error_of("", {"parallel.zero=-1"}).find("'parallel.zero' = -1"), std::string::npos);
   e = error_of("[parallel]\ndp = 0\n");
