@@ -5,7 +5,8 @@
 // At most one save is in flight: save() first waits for the previous one. A write error is
 // kept and rethrown by the next save() or wait(), and nothing of that save is committed (the
 // commit is the protocol's last step; the staging directory is removed). Across ranks the
-// caller turns that error into a collective one (every rank must learn of it).
+// caller turns that error into a collective one (every rank must learn of it): see
+// CollectiveAsyncSaver (collective_async_saver.h) for the saver of a multi-rank run.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,8 @@
 #include <future>
 #include <vector>
 
+#include "ckpt/shard_snapshot.h"
 #include "ckpt/shard_writer.h"
-#include "core/arena.h"
 
 namespace lattice {
 
@@ -38,16 +39,12 @@ class AsyncCheckpointSaver {
   // True from save() until wait() (or the next save) has collected its outcome.
   bool in_flight() const { return pending_.valid(); }
   // Snapshot memory (kept between saves and reused while the shapes stay the same).
-  const Arena& snapshot_arena() const { return arena_; }
+  const Arena& snapshot_arena() const { return snapshot_.arena(); }
 
  private:
-  bool snapshot_fits(const std::vector<OwnedShard>& shards) const;
-  void allocate_snapshot(const std::vector<OwnedShard>& shards);
-
   CheckpointRoot root_;
   CommitOptions options_;
-  Arena arena_{"ckpt-snapshot"};
-  std::vector<OwnedShard> snapshot_;
+  ShardSnapshot snapshot_;
   std::future<void> pending_;
 };
 

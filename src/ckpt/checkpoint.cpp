@@ -164,24 +164,36 @@ TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, 
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
   const auto& specs = registry.specs();
-  for (int i = 0; i < int(specs.size()); ++i) {
-    const ParameterSpec& spec = specs[size_t(i)];
-    reader.read_local(spec.name, spec.shard, store.master(i));
+  // ZeRO-3 holds the master weights of its optimizer range only; read them like the moments.
+  const FlatRange held = store.master_range();
+  const bool whole_master = held.begin == 0 && held.end == registry.total_elements();
+  if (whole_master) {
+    for (int i = 0; i < int(specs.size()); ++i) {
+      const ParameterSpec& spec = specs[size_t(i)];
+      reader.read_local(spec.name, spec.shard, store.master(i));
+    }
   }
   // The moments of the optimizer's range (the whole store unless ZeRO shards it).
   const int64_t begin = optimizer.shard_begin(), end = optimizer.shard_end();
-  auto range_of = [&](Tensor& flat, int64_t lo, int64_t hi) {
-    return flat.view(Shape{flat.numel()}).slice_rows(lo - begin, hi - begin);
+  LATTICE_CHECK(whole_master || (held.begin == begin && held.end == end),
+                "ZeRO-3 master range [{}, {}) is not the optimizer's [{}, {})", held.begin,
+                held.end, begin, end);
+  auto range_of = [](Tensor& flat, int64_t first, int64_t lo, int64_t hi) {
+    return flat.view(Shape{flat.numel()}).slice_rows(lo - first, hi - first);
   };
   for (const ParameterSpec& spec : specs) {
     const int64_t lo = std::max(begin, spec.offset);
     const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
     if (lo >= hi) continue;
     const int64_t a = lo - spec.offset, b = hi - spec.offset;
+    if (!whole_master) {
+      reader.read_local_elements(spec.name, spec.shard, a, b,
+                                 range_of(store.master(), begin, lo, hi));
+    }
     reader.read_local_elements(exp_avg_name(spec.name), spec.shard, a, b,
-                               range_of(optimizer.m(), lo, hi));
+                               range_of(optimizer.m(), begin, lo, hi));
     reader.read_local_elements(exp_avg_sq_name(spec.name), spec.shard, a, b,
-                               range_of(optimizer.v(), lo, hi));
+                               range_of(optimizer.v(), begin, lo, hi));
   }
   store.refresh_compute_copy();
   TrainingState state = training_state_from_manifest(reader.manifest());
@@ -197,11 +209,32 @@ TrainingState trainer_state(const Trainer& trainer) {
 }
 
 CheckpointLayout trainer_layout(const Trainer& trainer) {
+  const int pp = trainer.pp_size();
   return CheckpointLayout{.dp = trainer.dp_size(),
                           .tp = trainer.tp_size(),
-                          .pp = 1,
-                          .v = 1,
+                          .pp = pp,
+                          .v = pp > 1 ? trainer.parallel().virtual_stages : 1,
                           .zero = trainer.parallel().zero};
+}
+
+Manifest trainer_manifest(Trainer& trainer) {
+  return training_manifest(trainer.config(), trainer.model(), trainer_state(trainer),
+                           trainer_layout(trainer));
+}
+
+std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch) {
+  return training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), scratch);
+}
+
+void expect_world_of(const Trainer& trainer, int world_size) {
+  const int ranks = trainer.dp_size() * trainer.tp_size() * trainer.pp_size();
+  if (world_size != ranks) {
+    LATTICE_THROW(ConfigError,
+                  "saving a checkpoint: the world group has {} rank(s), the trainer's layout dp {} "
+                  "× tp {} × pp {} has {} ---> HINT: pass the group of every rank of the run "
+                  "(DeviceMesh::world())",
+                  world_size, trainer.dp_size(), trainer.tp_size(), trainer.pp_size(), ranks);
+  }
 }
 
 namespace {
@@ -210,27 +243,11 @@ namespace {
 // nullptr on a single rank.
 template <class Save>
 void save_trainer_shards(Trainer& trainer, Communicator* world, Save save) {
-  if (trainer.pp_size() > 1) {
-    LATTICE_THROW(ConfigError,
-                  "saving a checkpoint of a pipeline-parallel run (pp {}) is not supported yet: "
-                  "each stage holds only its layers ---> HINT: save from a pp 1 run",
-                  trainer.pp_size());
-  }
-  Arena scratch("ckpt-save");
-  const TrainingState state = trainer_state(trainer);
-  Manifest manifest =
-      training_manifest(trainer.config(), trainer.model(), state, trainer_layout(trainer));
-  std::vector<OwnedShard> shards =
-      training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), scratch);
-  const int ranks = trainer.dp_size() * trainer.tp_size();
   const int world_size = world == nullptr ? 1 : world->size();
-  if (world_size != ranks) {
-    LATTICE_THROW(ConfigError,
-                  "saving a checkpoint: the world group has {} rank(s), the trainer's layout dp {} "
-                  "× tp {} has {} ---> HINT: pass the group of every rank of the run",
-                  world_size, trainer.dp_size(), trainer.tp_size(), ranks);
-  }
-  save(std::move(manifest), shards, world_size == 1 ? nullptr : world);
+  expect_world_of(trainer, world_size);
+  Arena scratch("ckpt-save");
+  std::vector<OwnedShard> shards = trainer_shards(trainer, scratch);
+  save(trainer_manifest(trainer), shards, world_size == 1 ? nullptr : world);
 }
 
 }  // namespace

@@ -77,12 +77,21 @@ TrainingState training_state_from_manifest(const Manifest& manifest);
 
 // A trainer's position: step, LR step, data position and seed.
 TrainingState trainer_state(const Trainer& trainer);
-// The layout a trainer runs with ({dp, tp, 1, 1, zero}).
+// The layout a trainer runs with ({dp, tp, pp, v, zero}; v is 1 when pp is 1).
 CheckpointLayout trainer_layout(const Trainer& trainer);
-// Saves <root>/step_N of a running trainer. `world`: every rank of the run (the tp × dp mesh's
-// world group), each calling this at the same step; nullptr for a single rank. Each rank writes
-// training_shards into rank_<world rank>.safetensors; world rank 0 commits (collective_save.h).
-// Returns the committed directory on every rank.
+// The manifest header of a trainer's checkpoint now (step, config hash, layout, state).
+Manifest trainer_manifest(Trainer& trainer);
+// What this rank of a running trainer writes (training_shards of its model part): the
+// parameters of its ModelPart only (a pipeline stage's layers; never the last stage's tied copy
+// of the token table, which the first stage writes), from their owner over tp and dp/ZeRO.
+// Pieces that are not contiguous in the store are copied into `scratch`.
+std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch);
+// ConfigError unless `world_size` is the trainer's dp × tp × pp.
+void expect_world_of(const Trainer& trainer, int world_size);
+// Saves <root>/step_N of a running trainer. `world`: every rank of the run (the pp × dp × tp
+// mesh's world group), each calling this at the same step; nullptr for a single rank. Each rank
+// writes trainer_shards into rank_<world rank>.safetensors; world rank 0 commits
+// (collective_save.h). Returns the committed directory on every rank.
 std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, Trainer& trainer,
                                               Communicator* world,
                                               const CommitOptions& options = {});
@@ -90,7 +99,9 @@ std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root,
 void save_trainer_checkpoint_dir(const std::filesystem::path& dir, Trainer& trainer,
                                  Communicator* world);
 // load_training_checkpoint into the trainer's model and optimizer, then trainer.set_step.
-// Every rank calls it (no collective: each reads what it holds).
+// Every rank calls it (no collective: each reads what its part holds, whatever layout wrote
+// the checkpoint; a pipeline stage only its layers, a tied copy of the token table the table's
+// values and moments).
 TrainingState load_trainer_checkpoint(const std::filesystem::path& dir, Trainer& trainer);
 
 // Writes the sharded format into `dir` itself (staged in "<dir>.tmp", committed with a

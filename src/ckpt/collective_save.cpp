@@ -9,9 +9,6 @@ namespace lattice {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Each rank's outcome of one phase: "" on success, else why it failed.
 void expect_all_succeeded(Communicator& world, const std::string& error, std::string_view phase,
                           const fs::path& target, std::chrono::milliseconds timeout) {
   std::vector<std::string> errors = all_gather_strings(world, error, timeout);
@@ -27,9 +24,7 @@ void expect_all_succeeded(Communicator& world, const std::string& error, std::st
   }
 }
 
-// Runs `body` and returns "" or the message of what it threw.
-template <class Body>
-std::string capture_error(Body body) {
+std::string capture_error(const std::function<void()>& body) {
   try {
     body();
     return {};
@@ -38,11 +33,11 @@ std::string capture_error(Body body) {
   }
 }
 
-}  // namespace
-
 std::vector<std::string> all_gather_strings(Communicator& world, const std::string& text,
                                             std::chrono::milliseconds timeout) {
-  const CollectiveOptions options{.timeout = timeout};
+  // A fixed algorithm: the tuner would time these tiny calls against ranks still writing (or,
+  // for an asynchronous save, still training) and log them as slow.
+  const CollectiveOptions options{.timeout = timeout, .algorithm = Algorithm::kRing};
   const int n = world.size();
   std::vector<int32_t> lengths(size_t(n), 0);
   const auto length = int32_t(text.size());
@@ -84,6 +79,7 @@ void save_collectively(Communicator& world, const fs::path& staging, const fs::p
 
   std::string result;
   error = capture_error([&] {
+    if (options.before_write) options.before_write(world.rank());
     result = rank_write_result_to_json(write_rank_shards(staging, world.rank(), shards)).dump();
   });
   try {

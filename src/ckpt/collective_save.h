@@ -11,7 +11,11 @@
 // directory is removed). Every rank must call it with the same manifest header.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/shard_writer.h"
@@ -31,6 +35,15 @@ std::filesystem::path save_sharded_checkpoint(const CheckpointRoot& root, Manife
 void save_sharded_checkpoint_dir(const std::filesystem::path& dir, Manifest manifest,
                                  const std::vector<OwnedShard>& shards, Communicator& world,
                                  const CommitOptions& options = {});
+
+// The phases' shared step, for savers that spread the phases over time (async_saver.h): every
+// rank passes its outcome of `phase` ("" on success, else why it failed); when any failed, every
+// rank throws the same IoError naming each failed rank and why ("checkpoint '<target>' was not
+// committed: <phase> failed on rank 1: ..."). Collective over `world`.
+void expect_all_succeeded(Communicator& world, const std::string& error, std::string_view phase,
+                          const std::filesystem::path& target, std::chrono::milliseconds timeout);
+// Runs `body` and returns "" or the message of the exception it threw.
+std::string capture_error(const std::function<void()>& body);
 
 // Every rank's `text`, in rank order, on every rank (lengths then padded bytes, as all-gathers).
 std::vector<std::string> all_gather_strings(Communicator& world, const std::string& text,

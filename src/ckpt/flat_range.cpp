@@ -37,19 +37,26 @@ std::vector<OwnedShard> flat_range_shards(const ParameterRegistry& registry, con
                                           const Tensor& m_range, const Tensor& v_range,
                                           int64_t begin, int64_t end, Arena* scratch,
                                           bool with_replicated) {
-  expect_range(master, registry.total_elements(), "master");
+  // The whole store's master weights, or (ZeRO-3) those of the range only.
+  const bool whole_store = master.numel() == registry.total_elements();
+  const int64_t master_first = whole_store ? 0 : begin;
+  expect_range(master, whole_store ? registry.total_elements() : end - begin, "master");
   expect_range(m_range, end - begin, "m_range");
   expect_range(v_range, end - begin, "v_range");
   std::vector<OwnedShard> shards;
   for_each_overlap(registry, begin, end, [&](const ParameterSpec& spec, int64_t lo, int64_t hi) {
     if (spec.shard.replicated() && !with_replicated) return;
+    // The last pipeline stage's copy of the tied token table: the first stage writes the table
+    // (the copies are equal, values and moments alike: they get the same summed gradient).
+    if (spec.tied_copy) return;
     const int64_t local = spec.offset + lo - begin;  // position in the range tensors
     auto add = [&](const std::string& name, const Tensor& values) {
       for (const BoxPlacement& where : local_placements(spec.shape, spec.shard, values, lo, hi)) {
         shards.push_back(OwnedShard::from_local(name, spec.shape, where, scratch));
       }
     };
-    add(spec.name, flat_slice(master, spec.offset + lo, spec.offset + hi));
+    add(spec.name,
+        flat_slice(master, spec.offset + lo - master_first, spec.offset + hi - master_first));
     add(spec.name + ".exp_avg", flat_slice(m_range, local, local + hi - lo));
     add(spec.name + ".exp_avg_sq", flat_slice(v_range, local, local + hi - lo));
   });

@@ -18,10 +18,12 @@
 namespace lattice {
 
 // master: f32 (P), the whole local store (replicated over dp in ZeRO-1/2; only the range is
-// written). m_range, v_range: f32 (end - begin), the moments of the range. The pieces borrow
-// from them where contiguous, else are copied into `scratch` (a multi-piece tp shard such as
-// c_attn's q|k|v; ValueError when that is needed and `scratch` is null). Parameters replicated
-// over tp are included only when `with_replicated` (tp rank 0 writes them).
+// written), or f32 (end - begin), the range's own (ZeRO-3: a rank holds just its range). m_range,
+// v_range: f32 (end - begin), the moments of the range. The pieces borrow from them where
+// contiguous, else are copied into `scratch` (a multi-piece tp shard such as c_attn's q|k|v;
+// ValueError when that is needed and `scratch` is null). Parameters replicated over tp are included
+// only when `with_replicated` (tp rank 0 writes them); a pipeline stage's tied copy of the token
+// table (ParameterSpec::tied_copy) never is (the first stage writes the table).
 std::vector<OwnedShard> flat_range_shards(const ParameterRegistry& registry, const Tensor& master,
                                           const Tensor& m_range, const Tensor& v_range,
                                           int64_t begin, int64_t end, Arena* scratch = nullptr,

@@ -290,6 +290,7 @@ fs::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
                                  const CommitOptions& options) {
   const fs::path staging = root.prepare_staging(manifest.step);
   call_hook(options, CommitStage::kStagingCreated);
+  if (options.before_write) options.before_write(0);
   std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
   call_hook(options, CommitStage::kShardsWritten);
   return root.commit(std::move(manifest), results, options);

@@ -79,7 +79,10 @@ struct CommitOptions {
   // Multi-rank saves (collective_save.h): how long ranks wait for each other's writes and for
   // the commit (a large shard on a slow disk takes minutes, far past a collective's default).
   std::chrono::milliseconds peer_timeout{std::chrono::minutes(10)};
-  std::function<void(CommitStage)> hook;  // tests only: called as each stage is reached
+  // Tests only: called on every rank (with its world rank) just before it writes its shard file,
+  // on the thread that writes it; a throw is that rank's write failing (a full disk).
+  std::function<void(int rank)> before_write = {};
+  std::function<void(CommitStage)> hook = {};  // tests only: called as each stage is reached
 };
 
 // Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.

@@ -1,10 +1,12 @@
-// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1 ...]
+// `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1|2|3 ...]
 // [--tp N [--sp]] [--transport threads|mpi]`: trains with a progress line per step, validation
 // every eval.interval steps, a final checkpoint and, if sample.tokens > 0, sampled text at the
 // end. The ranks form a dp × tp mesh (tp fastest) on in-process threads or, under mpirun, on MPI
 // (docs/data-parallel.md, docs/tensor-parallel.md); every rank evaluates and samples in step,
-// world rank 0 alone prints, writes metrics and checkpoints. The layout comes from the config's
-// [parallel] section; a layout flag given on the command line overrides its key.
+// world rank 0 alone prints and writes metrics; every rank writes the part of each checkpoint
+// it owns and world rank 0 commits it (docs/checkpoints.md; --ckpt-async: in the background).
+// The layout comes from the config's [parallel] section; a layout flag given on the command line
+// overrides its key.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/trainer_checkpointer.h"
 #include "cli/commands.h"
 #include "comm/launch.h"
 #include "core/cpu_peak.h"
@@ -25,6 +28,7 @@
 #include "parallel/rank_sum.h"
 #include "trace/chrome_trace.h"
 #include "trace/event_recorder.h"
+#include "trace/trace_summary.h"
 #include "train/metrics_log.h"
 #include "train/trainer.h"
 
@@ -40,8 +44,9 @@ struct TrainArgs {
   // The layout flags: they override the config's [parallel] keys only when given
   // (apply_layout_flags), so their defaults here are never used.
   ParallelConfig layout;
-  std::string trace;   // directory for one Chrome/Perfetto trace per rank; empty: no trace
-  std::string resume;  // a checkpoint directory, or "auto": the newest valid under out_dir
+  std::string trace;        // directory for one Chrome/Perfetto trace per rank; empty: no trace
+  std::string resume;       // a checkpoint directory, or "auto": the newest valid under out_dir
+  bool ckpt_async = false;  // --ckpt-async (output.checkpoint_async)
 };
 
 // The config's [parallel] section with every layout flag given on the command line applied
@@ -79,18 +84,33 @@ std::optional<std::filesystem::path> resume_dir(const std::string& resume,
   return choice->dir;
 }
 
-// Collective: every rank writes what it owns (its tp shard, its ZeRO range), world rank 0
-// commits (ckpt/collective_save.h).
-void save_step_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMesh& mesh) {
-  CommitOptions commit;
-  commit.keep_last = int(config.keep_last);
-  std::filesystem::path dir = save_trainer_checkpoint(
-      std::filesystem::path(config.out_dir) / "checkpoints", trainer, &mesh.world(), commit);
-  if (mesh.world().rank() == 0) fmt::print("checkpoint {} committed\n", dir.string());
+// The periodic checkpoints of a run (output.checkpoint_every), or nothing. Collective: every
+// rank writes what it owns (its stage's layers, its tp shard, its ZeRO range), world rank 0
+// commits (ckpt/collective_save.h); asynchronously, the writes go on while training continues
+// (ckpt/collective_async_saver.h).
+std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const TrainConfig& config,
+                                                        DeviceMesh& mesh) {
+  if (config.checkpoint_every <= 0 || config.out_dir.empty()) return std::nullopt;
+  TrainerCheckpointOptions options{.async = config.checkpoint_async};
+  options.commit.keep_last = int(config.keep_last);
+  std::optional<TrainerCheckpointer> checkpoints;
+  checkpoints.emplace(std::filesystem::path(config.out_dir) / "checkpoints", trainer, mesh.world(),
+                      options);
+  return checkpoints;
+}
+
+// Prints each newly committed checkpoint once (world rank 0).
+void report_committed(const TrainerCheckpointer& checkpoints, bool lead,
+                      std::optional<std::filesystem::path>& reported) {
+  const std::optional<std::filesystem::path>& dir = checkpoints.last_committed();
+  if (!lead || !dir || dir == reported) return;
+  fmt::print("checkpoint {} committed\n", dir->string());
+  reported = dir;
 }
 
 void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
                    double train_seconds, std::optional<double> last_val);
+void print_dp_overlap(const EventRecorder& recorder);
 
 // Every rank's arena peak per category, printed by world rank 0 (collective): what each stage
 // and shard really held, to set beside `lattice explain`'s prediction.
@@ -184,9 +204,14 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   std::optional<MetricsLog> metrics;
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics);
   std::optional<double> last_val;
+  std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
+  std::optional<std::filesystem::path> reported;
+  double stall_seconds = 0.0;
+  int64_t saves = 0;
   const int64_t first_step = trainer.step();
   for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
+    if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
     const bool last = m.step == config.steps;
     const bool eval_due =
         trainer.has_validation() &&
@@ -194,15 +219,26 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     // Every replica evaluates (they hold the same weights), so no rank idles in the next step's
     // collectives for the length of an evaluation, however long it takes.
     if (eval_due) last_val = m.val_loss = trainer.evaluate();
-    if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && !last) {
-      save_step_checkpoint(trainer, config, mesh);
+    if (checkpoints && m.step % config.checkpoint_every == 0 && !last) {
+      stall_seconds += checkpoints->save();
+      ++saves;
     }
+    if (checkpoints) report_committed(*checkpoints, lead, reported);
     if (!lead) continue;
     if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1) {
       fmt::print("{}\n", format_progress(m, config.steps, peak));
       std::fflush(stdout);
     }
     if (metrics) metrics->write(m, peak);
+  }
+  if (checkpoints) {
+    checkpoints->finish();  // the last asynchronous save committed, or its error on every rank
+    report_committed(*checkpoints, lead, reported);
+    if (lead && saves > 0) {
+      fmt::print("periodic checkpoints: {} save(s){}, training stalled {:.1f} ms per save\n", saves,
+                 checkpoints->async() ? " (asynchronous)" : "",
+                 1e3 * stall_seconds / double(saves));
+    }
   }
   const double train_seconds = wall.seconds();
   print_memory_peaks(mesh, arena);
@@ -214,13 +250,17 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   if (!args.trace.empty()) {
     const std::filesystem::path file = write_chrome_trace_to_dir(args.trace, recorder);
     if (lead) fmt::print("trace of rank 0 written to {} (one file per rank)\n", file.string());
+    if (lead && layout.dp > 1) print_dp_overlap(recorder);
   }
   // Every tp rank takes part in sampling (the logits are split by vocabulary); dp replicas other
   // than the first do not. A pipeline stage holds only some layers: no sampling there.
   if (config.sample_tokens > 0 && layout.pp > 1 && lead) {
     fmt::print("sampling skipped: with --pp {} no rank holds the whole model\n", layout.pp);
   }
-  if (config.sample_tokens > 0 && layout.pp == 1 && mesh.coordinates().dp == 0) {
+  // Under ZeRO-3 the layers are gathered from every dp rank, so all of them sample (the same
+  // tokens: same weights, prompt and seed).
+  const bool samples = mesh.coordinates().dp == 0 || (layout.zero >= 3 && layout.dp > 1);
+  if (config.sample_tokens > 0 && layout.pp == 1 && samples) {
     auto tokenizer = make_tokenizer(config.tokenizer);
     SampleOptions options{config.sample_tokens, config.sample_temperature, config.sample_seed};
     std::vector<int32_t> tokens =
@@ -233,6 +273,23 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   } else if (lead) {
     print_summary(trainer, config, first_step, train_seconds, last_val);
   }
+}
+
+// The share of the data-parallel communication (the comm thread's "dp ..." events: bucket
+// reductions, ZeRO-3 gathers) during which the rank also computed, from its trace.
+void print_dp_overlap(const EventRecorder& recorder) {
+  std::vector<TraceEvent> dp_and_compute;
+  for (TraceEvent& event : recorder.events()) {
+    if (event.category == TraceCategory::kCompute || event.name.starts_with("dp ")) {
+      dp_and_compute.push_back(std::move(event));
+    }
+  }
+  const RankTraceSummary summary = summarize_rank_trace(recorder.rank(), dp_and_compute);
+  fmt::print(
+      "data-parallel communication (rank 0, from the trace): {:.1f} ms, {:.0f}% of it hidden "
+      "behind forward/backward\n",
+      double(summary.busy(TraceCategory::kCollective)) / 1e6,
+      100.0 * summary.collective_hidden_fraction());
 }
 
 void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
@@ -250,11 +307,28 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
         1e3 * exposed_s / double(config.steps),
         comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
   }
+  if (const ShardedGradients* sharded = trainer.sharded_gradients()) {
+    const double comm_s = sharded->communication_seconds();
+    const double exposed_s = sharded->exposed_seconds();
+    fmt::print(
+        "ZeRO-{} gradient reduction to the owners (rank 0): {} buckets, at most {} lent at once, "
+        "{:.2f} ms/step on the comm thread, {:.2f} ms/step exposed after backward\n",
+        trainer.parallel().zero, sharded->buckets().size(), sharded->peak_lent(),
+        1e3 * comm_s / double(config.steps), 1e3 * exposed_s / double(config.steps));
+  }
+  if (const GatheredParameters* gathered = trainer.gathered_parameters()) {
+    fmt::print(
+        "ZeRO-3 parameter gathers (rank 0): {:.2f} ms/step on the comm thread, at most "
+        "{:.2f} MiB of parameters gathered at once\n",
+        1e3 * gathered->communication_seconds() / double(config.steps),
+        double(gathered->peak_held_elements()) * 4 / double(1 << 20));
+  }
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
   apply_layout_flags(cmd, args.layout, config.parallel);
+  if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
   const ParallelConfig& layout = config.parallel;
   const TransportKind transport = parse_transport(layout.transport);
   const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
@@ -271,13 +345,13 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
                   world, layout.dp, layout.tp, layout.pp, config.threads,
                   world * std::max(1, config.threads), cores);
   }
-  if (layout.pp > 1 &&
-      (!config.out_dir.empty() || !args.resume.empty() || !args.init_from.empty())) {
+  if (layout.pp > 1 && !args.init_from.empty()) {
     LATTICE_THROW(ConfigError,
-                  "pp {} (--pp, parallel.pp) splits the layers over pipeline stages, which "
-                  "checkpoints cannot save or load yet ---> HINT: add --set output.dir= (no "
-                  "checkpoint) or use --pp 1",
-                  layout.pp);
+                  "--init-from reads Hugging Face weights for the whole model, and pp {} (--pp, "
+                  "parallel.pp) gives each stage only its layers ---> HINT: train one step with "
+                  "--pp 1 --init-from ... and output.dir set, then resume that checkpoint under "
+                  "--pp {} (checkpoints load into any layout)",
+                  layout.pp, layout.pp);
   }
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
   launch_ranks(transport, world, [&](Communicator& comm) {
@@ -310,15 +384,20 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--transport", layout.transport,
                   "threads (in-process ranks) or mpi (one rank per process, under mpirun) "
                   "(parallel.transport)");
-  cmd->add_option("--zero", layout.zero,
-                  "ZeRO stage: 0 replicated, 1 optimizer state sharded (parallel.zero)")
-      ->check(CLI::Range(0, 1));
+  cmd->add_option(
+         "--zero", layout.zero,
+         "ZeRO stage: 0 replicated, 1 optimizer state sharded over dp, 2 and gradients, 3 and "
+         "parameters (parallel.zero)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--bucket-mb", layout.bucket_mb,
                   "Gradient bucket size in MB, dp > 1 (parallel.bucket_mb)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--resume", args->resume,
                   "Continue from a checkpoint directory, or 'auto': the newest valid one under "
                   "output.dir/checkpoints");
+  cmd->add_flag("--ckpt-async", args->ckpt_async,
+                "Periodic checkpoints: snapshot in memory, write on a background thread while "
+                "training continues (output.checkpoint_async)");
   cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", layout.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 (parallel.schedule)");
@@ -327,7 +406,7 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--layers-per-chunk", layout.layers_per_chunk,
                   "Pipeline chunks' layer counts in model order, e.g. 3,5 (default: balanced by "
-                  "the cost model)")
+                  "the cost model; parallel.layers_per_chunk)")
       ->delimiter(',');
   cmd->add_option("--recompute", layout.recompute,
                   "Activation recompute: none, selective, full (parallel.recompute)");

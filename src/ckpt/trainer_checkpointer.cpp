@@ -1,0 +1,43 @@
+#include "ckpt/trainer_checkpointer.h"
+
+#include "ckpt/checkpoint.h"
+#include "core/timer.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+
+TrainerCheckpointer::TrainerCheckpointer(fs::path root, Trainer& trainer, Communicator& world,
+                                         TrainerCheckpointOptions options)
+    : root_(std::move(root)), trainer_(trainer), world_(world), commit_(options.commit) {
+  expect_world_of(trainer_, world_.size());
+  if (!options.async) return;
+  async_ = std::make_unique<CollectiveAsyncSaver>(root_, world_, commit_);
+  Arena scratch("ckpt-save");
+  async_->reserve(trainer_shards(trainer_, scratch));
+}
+
+double TrainerCheckpointer::save() {
+  Stopwatch stall;
+  if (async_ == nullptr) {
+    last_sync_ = save_trainer_checkpoint(root_, trainer_, &world_, commit_);
+    return stall.seconds();
+  }
+  Arena scratch("ckpt-save");  // c_attn's q|k|v columns are copied here, then snapshotted
+  async_->save(trainer_manifest(trainer_), trainer_shards(trainer_, scratch));
+  return stall.seconds();
+}
+
+void TrainerCheckpointer::after_step() {
+  if (async_ != nullptr) async_->poll();
+}
+
+void TrainerCheckpointer::finish() {
+  if (async_ != nullptr) async_->wait();
+}
+
+const std::optional<fs::path>& TrainerCheckpointer::last_committed() const {
+  return async_ != nullptr ? async_->last_committed() : last_sync_;
+}
+
+}  // namespace lattice

@@ -1,0 +1,248 @@
+// Asynchronous checkpoints of multi-rank trainers (TrainerCheckpointer with async, over
+// CollectiveAsyncSaver): every rank snapshots what it owns and writes it on a background
+// thread; world rank 0 commits once every rank's write succeeded.
+//
+// (1) A run that saves asynchronously at step 3 and trains on (changing the tensors the
+// snapshot came from while they are written) resumes from that checkpoint, under the same
+// layout, with bitwise the per-step losses and final parameters and moments of the run that
+// never stopped. (2) A write failure injected on one rank of 2 (and of 4) reaches every rank as
+// the same IoError, at the next save and at the end of training; no step_N of that save exists
+// (nor its staging directory), `latest` still names the previous checkpoint, which loads; the
+// saver works again afterwards.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+
+#include "../train/test_corpus.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/trainer_checkpointer.h"
+#include "scratch_dir.h"
+#include "trainer_layouts.h"
+
+namespace lattice {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::GlobalState;
+using testing::TrainerLayout;
+
+constexpr int kSteps = 6;
+
+TrainConfig train_config(const fs::path& data) {
+  TrainConfig c;
+  c.model = model_preset("gpt2-tiny");
+  c.model.n_layer = 4;
+  c.model.seq_len = 12;
+  c.data_dir = data.string();
+  c.data_mode = "shuffled";
+  c.seq_len = 12;
+  c.global_batch = 8;
+  c.micro_batches = 2;
+  c.micro_batch = 0;
+  c.lr = 3e-3f;
+  c.min_lr = 3e-4f;
+  c.warmup_steps = 1;
+  c.steps = c.decay_steps = kSteps;
+  c.adam.lr = c.lr;
+  c.grad_clip = 0.5f;
+  c.threads = 1;
+  return c;
+}
+
+fs::path corpus_dir() {
+  static const fs::path dir = testing::make_corpus_dir(fmt::format("ckpt_async_{}", ::getpid()));
+  return dir;
+}
+
+struct AsyncRun {
+  std::vector<double> losses;  // per step trained
+  GlobalState final_state;
+};
+
+// Trains `layout` to kSteps, from `resume` when given; saves asynchronously after the steps in
+// `save_at` (into `root`), polling after every step, and finishes at the end.
+AsyncRun train(const TrainerLayout& layout, const fs::path& root, const std::vector<int>& save_at,
+               const fs::path& resume = {}) {
+  AsyncRun run;
+  std::mutex mutex;
+  const TrainConfig config = train_config(corpus_dir());
+  run_ranks(layout.world_size(), [&](Communicator& world) {
+    DeviceMesh mesh(world, layout.shape());
+    Arena arena(fmt::format("rank{}", world.rank()));
+    Trainer trainer(config, arena, layout.setup(mesh));
+    if (!resume.empty()) load_trainer_checkpoint(resume, trainer);
+    TrainerCheckpointer checkpoints(root, trainer, world, {.async = true});
+    std::vector<double> losses;
+    while (trainer.step() < kSteps) {
+      losses.push_back(trainer.train_step().loss);
+      checkpoints.after_step();
+      if (std::find(save_at.begin(), save_at.end(), trainer.step()) != save_at.end()) {
+        checkpoints.save();
+      }
+    }
+    checkpoints.finish();
+    EXPECT_EQ(checkpoints.last_committed(),
+              save_at.empty()
+                  ? std::nullopt
+                  : std::optional<fs::path>(root / fmt::format("step_{}", save_at.back())));
+    std::lock_guard lock(mutex);
+    testing::contribute(trainer, run.final_state);
+    if (world.rank() == 0) run.losses = losses;
+  });
+  return run;
+}
+
+class AsyncResume : public ::testing::TestWithParam<TrainerLayout> {};
+
+TEST_P(AsyncResume, ResumesBitwiseFromAnAsynchronousSave) {
+  const TrainerLayout layout = GetParam();
+  const fs::path root = testing::scratch_dir("async_resume_" + layout.name());
+  const AsyncRun whole = train(layout, root, {3});
+  ASSERT_EQ(whole.losses.size(), size_t(kSteps));
+  EXPECT_EQ(CheckpointRoot(root).latest_step(), 3);
+
+  const AsyncRun resumed =
+      train(layout, testing::scratch_dir("async_resumed_" + layout.name()), {}, root / "step_3");
+  ASSERT_EQ(resumed.losses.size(), size_t(kSteps - 3));
+  for (size_t s = 0; s < resumed.losses.size(); ++s) {
+    EXPECT_EQ(resumed.losses[s], whole.losses[3 + s]) << "step " << 4 + s;
+  }
+  testing::expect_same_state(resumed.final_state, whole.final_state, "final state");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AsyncResume,
+                         ::testing::Values(TrainerLayout{.dp = 2, .zero = 1},
+                                           TrainerLayout{.dp = 2, .pp = 2, .zero = 1},
+                                           TrainerLayout{.tp = 2, .pp = 2, .v = 2}),
+                         [](const ::testing::TestParamInfo<TrainerLayout>& info) {
+                           return info.param.name();
+                         });
+
+struct FailureCase {
+  TrainerLayout layout;
+  int failing_rank;
+};
+
+void PrintTo(const FailureCase& c, std::ostream* os) {
+  *os << c.layout.name() << ", rank " << c.failing_rank << " fails";
+}
+
+class AsyncWriteFailure : public ::testing::TestWithParam<FailureCase> {};
+
+// Saves at steps 2 (succeeds) and 4 (rank `failing_rank`'s write fails), then tries to save at
+// step 5 (the error surfaces there, on every rank, and nothing starts), saves again (it works)
+// and fails at step 6 once more, which surfaces at finish().
+TEST_P(AsyncWriteFailure, EveryRankSeesTheSameErrorAndNothingIsCommitted) {
+  const FailureCase c = GetParam();
+  const fs::path root = testing::scratch_dir("async_failure_" + c.layout.name());
+  const TrainConfig config = train_config(corpus_dir());
+  std::array<std::atomic<int>, 8> writes{};
+  std::mutex mutex;
+  std::vector<std::string> at_save, at_finish;
+  std::vector<bool> step4_visible;
+  run_ranks(c.layout.world_size(), [&](Communicator& world) {
+    DeviceMesh mesh(world, c.layout.shape());
+    Arena arena(fmt::format("rank{}", world.rank()));
+    Trainer trainer(config, arena, c.layout.setup(mesh));
+    TrainerCheckpointOptions options{.async = true};
+    options.commit.before_write = [&](int rank) {
+      const int write = writes[size_t(rank)]++;  // 0: step 2, 1: step 4, 2: step 5, 3: step 6
+      if (rank == c.failing_rank && (write == 1 || write == 3)) {
+        throw IoError(fmt::format("no space left on device (injected, write {})", write));
+      }
+    };
+    TrainerCheckpointer checkpoints(root, trainer, world, options);
+    for (int s = 1; s <= 4; ++s) {
+      trainer.train_step();
+      checkpoints.after_step();
+      if (s == 2 || s == 4) checkpoints.save();
+    }
+    trainer.train_step();
+    checkpoints.after_step();
+    std::string save_error;
+    try {
+      checkpoints.save();  // step 5: the failed step-4 save is reported here
+    } catch (const IoError& e) {
+      save_error = e.what();
+    }
+    // Between the failure and the next save nothing was committed.
+    const bool visible = fs::exists(root / "step_4") || fs::exists(root / "step_4.tmp");
+    checkpoints.save();  // step 5 again: works
+    trainer.train_step();
+    checkpoints.save();  // step 6: fails on the failing rank
+    std::string finish_error;
+    try {
+      checkpoints.finish();
+    } catch (const IoError& e) {
+      finish_error = e.what();
+    }
+    std::lock_guard lock(mutex);
+    at_save.push_back(save_error);
+    at_finish.push_back(finish_error);
+    step4_visible.push_back(visible);
+  });
+  ASSERT_EQ(at_save.size(), size_t(c.layout.world_size()));
+  for (size_t r = 0; r < at_save.size(); ++r) {
+    EXPECT_EQ(at_save[r], at_save[0]) << "rank order " << r;
+    EXPECT_EQ(at_finish[r], at_finish[0]) << "rank order " << r;
+    EXPECT_FALSE(step4_visible[r]);
+  }
+  for (const std::string& error : {at_save[0], at_finish[0]}) {
+    EXPECT_NE(error.find(fmt::format("rank {}: no space left on device", c.failing_rank)),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("was not committed"), std::string::npos) << error;
+  }
+  EXPECT_NE(at_save[0].find("step_4"), std::string::npos) << at_save[0];
+  EXPECT_NE(at_finish[0].find("step_6"), std::string::npos) << at_finish[0];
+
+  const CheckpointRoot saved(root);
+  EXPECT_EQ(saved.committed_steps(), (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(saved.latest_step(), 5);
+  EXPECT_FALSE(fs::exists(root / "step_6.tmp"));
+  const std::optional<ResumeChoice> choice = resume_auto(root);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->step, 5);
+  EXPECT_TRUE(choice->skipped.empty());
+  CheckpointReader previous(root / "step_2");  // the checkpoint before the failure verifies
+  EXPECT_EQ(previous.manifest().step, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AsyncWriteFailure,
+                         ::testing::Values(FailureCase{{.dp = 2, .zero = 1}, 1},
+                                           FailureCase{{.dp = 2, .pp = 2, .zero = 1}, 3},
+                                           FailureCase{{.dp = 2, .tp = 2}, 0}),
+                         [](const ::testing::TestParamInfo<FailureCase>& info) {
+                           return fmt::format("{}_rank{}_fails", info.param.layout.name(),
+                                              info.param.failing_rank);
+                         });
+
+// The saver of one rank: its own collectives are trivial, the protocol the same.
+TEST(CollectiveAsyncSaver, AWorldOfOneCommitsAtPollOrWait) {
+  const fs::path root = testing::scratch_dir("async_one_rank");
+  run_ranks(1, [&](Communicator& world) {
+    Arena arena("test");
+    Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
+    CollectiveAsyncSaver saver(root, world, {.keep_last = 2});
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
+      Manifest manifest;
+      manifest.step = step;
+      saver.save(manifest, {OwnedShard::whole("t", t)});
+      t.zero_();  // the snapshot, not the tensor, is written
+      while (!saver.poll()) {
+      }
+      EXPECT_FALSE(saver.in_flight());
+      ASSERT_EQ(saver.last_committed(), root / fmt::format("step_{}", step));
+      Tensor back = Tensor::empty(arena, {16, 8}, DType::kF32);
+      CheckpointReader(root / fmt::format("step_{}", step)).read_global("t", back);
+      EXPECT_EQ(back.data<float>()[5], float(step * 1000 + 5));
+    }
+    saver.wait();
+  });
+  EXPECT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{3, 2}));
+}
+
+}  // namespace
+}  // namespace lattice
