@@ -1,7 +1,7 @@
 // `lattice bench dp`: what data parallelism and each ZeRO stage cost in a training step.
 //
 //   lattice bench dp configs/shakespeare-char.toml --dp 2 --zero 0,1,2,3 --steps 100
-//       --warmup 20 --repeat 2
+//       --warmup 20 --repeat 2 [--set parallel.bucket_mb=0.25]
 //
 // Trains the config's model on its data with the same global batch in every layout: dp = 1
 // (the baseline) and dp = N at each ZeRO stage, one thread per rank (threads transport). The
@@ -70,7 +70,10 @@ void run_layout(const BenchDpArgs& args, const TrainConfig& base, Layout layout,
       layout.dp,
       [&](Communicator& comm) {
         Arena arena(fmt::format("rank{}", comm.rank()));
-        Trainer trainer(config, arena, {.dp = &comm, .zero = layout.zero, .threads = 1});
+        const int64_t bucket_bytes = int64_t(config.parallel.bucket_mb * double(1 << 20));
+        Trainer trainer(
+            config, arena,
+            {.dp = &comm, .zero = layout.zero, .bucket_bytes = bucket_bytes, .threads = 1});
         EventRecorder recorder(comm.rank(), origin, /*enabled=*/false);
         ScopedCurrentRecorder current(&recorder);
         std::vector<double> ms;
@@ -119,9 +122,10 @@ void run_bench_dp(const BenchDpArgs& args) {
   std::vector<LayoutSamples> samples(layouts.size());
   fmt::print(
       "# lattice bench dp: {} ({}), global batch {} x T={}, {} warm-up + {} timed steps, {} "
-      "repetition(s) in turn, 1 thread per rank, threads transport\n",
+      "repetition(s) in turn, 1 thread per rank, buckets of {} MB (parallel.bucket_mb), threads "
+      "transport\n",
       args.config, base.model.name, base.global_batch, base.seq_len, args.warmup, args.steps,
-      args.repeat);
+      args.repeat, base.parallel.bucket_mb);
   fmt::print("# load average at start: {}\n", load_average());
   for (int r = 0; r < args.repeat; ++r) {
     for (size_t i = 0; i < layouts.size(); ++i) run_layout(args, base, layouts[i], samples[i]);

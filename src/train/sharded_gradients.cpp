@@ -10,8 +10,9 @@ namespace lattice {
 
 ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
                                    const std::vector<FlatRange>& params, int64_t bucket_bytes,
-                                   CommThread& thread, Arena& arena)
-    : dp_(dp), store_(store), thread_(thread), arena_(arena) {
+                                   CommThread& thread, Arena& arena, int max_in_flight)
+    : dp_(dp), store_(store), thread_(thread), arena_(arena), max_in_flight_(max_in_flight) {
+  LATTICE_CHECK(max_in_flight >= 1, "ShardedGradients: max_in_flight {} < 1", max_in_flight);
   LATTICE_CHECK(store.gradients_lent(), "ShardedGradients needs a store that lends gradients");
   const int64_t elements = bucket_bytes / int64_t(sizeof(float));
   buckets_ = plan_grad_buckets(params, bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements));
@@ -35,6 +36,7 @@ ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
 }
 
 void ShardedGradients::lend(int64_t unit) {
+  wait_for_in_flight();
   free_reduced();
   LATTICE_CHECK(unit + 1 >= 0 && size_t(unit + 1) < unit_buckets_.size(), "no parameter unit {}",
                 unit);
@@ -66,11 +68,15 @@ void ShardedGradients::param_ready(int index) {
                 "unit's backward did not start)",
                 store_.registry().at(index).name);
   LATTICE_CHECK(pending_[size_t(b)] > 0, "parameter {} reported ready twice", index);
-  if (--pending_[size_t(b)] == 0) launch(b);
+  if (--pending_[size_t(b)] == 0) {
+    launch(b);
+    free_reduced();  // the buckets reduced meanwhile: keep few lent at once
+  }
 }
 
 void ShardedGradients::launch(int bucket) {
   launched_[size_t(bucket)] = true;
+  launch_order_.push_back(bucket);
   const FlatRange range{buckets_[size_t(bucket)].begin, buckets_[size_t(bucket)].end};
   float* data = lent_[size_t(bucket)].data<float>();
   EventRecorder* recorder = current_event_recorder();  // the rank's, recorded from the comm thread
@@ -87,7 +93,25 @@ void ShardedGradients::launch(int bucket) {
                      });
     communication_seconds_ += watch.seconds();
     reduced_[size_t(bucket)] = true;
+    reduced_[size_t(bucket)].notify_all();
   });
+}
+
+void ShardedGradients::wait_for_in_flight() {
+  // The oldest launched bucket first: the comm thread reduces them in launch order.
+  while (true) {
+    int in_flight = 0, oldest = -1;
+    for (int b : launch_order_) {
+      if (!lent_[size_t(b)].defined() || reduced_[size_t(b)]) continue;
+      ++in_flight;
+      if (oldest < 0) oldest = b;
+    }
+    if (in_flight < max_in_flight_) return;
+    TraceScope scope("wait for gradient buckets in flight", TraceCategory::kIdle,
+                     {{"bucket", oldest}});
+    reduced_[size_t(oldest)].wait(false);
+    free_reduced();
+  }
 }
 
 void ShardedGradients::free_reduced() {
@@ -122,6 +146,7 @@ void ShardedGradients::finish_backward() {
     if (lent_[size_t(b)].defined()) free_bucket(b);
     launched_[size_t(b)] = false;
   }
+  launch_order_.clear();
 }
 
 }  // namespace lattice

@@ -27,8 +27,11 @@ class ShardedGradients {
  public:
   // params: every parameter's flat range (padding included) tiling [0, P); bucket_bytes as in
   // GradReducerOptions. The store must lend gradients (ZeroSharding stage >= 2).
+  // max_in_flight: launched buckets still reducing before lending another waits for the oldest.
+  // It bounds the lent bytes whatever the comm thread's speed: the buckets of the ends and of
+  // the running layer plus max_in_flight more.
   ShardedGradients(Communicator& dp, ParameterStore& store, const std::vector<FlatRange>& params,
-                   int64_t bucket_bytes, CommThread& thread, Arena& arena);
+                   int64_t bucket_bytes, CommThread& thread, Arena& arena, int max_in_flight = 2);
   ShardedGradients(const ShardedGradients&) = delete;
   ShardedGradients& operator=(const ShardedGradients&) = delete;
 
@@ -52,6 +55,7 @@ class ShardedGradients {
  private:
   void lend_bucket(int bucket);
   void launch(int bucket);
+  void wait_for_in_flight();
   void free_reduced();
   void free_bucket(int bucket);
 
@@ -65,6 +69,8 @@ class ShardedGradients {
   std::vector<Tensor> lent_;                    // per bucket: its buffer while lent
   std::vector<int> pending_;                    // per bucket: parameters not yet final
   std::vector<bool> launched_;
+  std::vector<int> launch_order_;  // this backward's launches, oldest first
+  int max_in_flight_ = 2;
   std::unique_ptr<std::atomic<bool>[]> reduced_;  // set by the comm thread
   int lent_count_ = 0, peak_lent_ = 0;
   double communication_seconds_ = 0.0;  // written by the comm thread, read after wait()
