@@ -35,6 +35,14 @@ ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
   for (size_t b = 0; b < buckets_.size(); ++b) reduced_[b] = false;
 }
 
+int ShardedGradients::lent_bound() const {
+  size_t largest_unit = 0;
+  for (size_t u = 1; u < unit_buckets_.size(); ++u) {
+    largest_unit = std::max(largest_unit, unit_buckets_[u].size());
+  }
+  return int(unit_buckets_[0].size() + largest_unit) + max_in_flight_ + 1;
+}
+
 void ShardedGradients::lend(int64_t unit) {
   wait_for_in_flight();
   free_reduced();

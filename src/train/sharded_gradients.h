@@ -45,8 +45,11 @@ class ShardedGradients {
   void finish_backward();
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  // Most buckets lent at once so far (their buffers are the documented transient bytes).
+  // Most buckets lent at once so far (their buffers are the documented transient bytes), and the
+  // bound it never exceeds: the ends' buckets, the buckets of the largest unit, the ones in
+  // flight and the one being launched.
   int peak_lent() const { return peak_lent_; }
+  int lent_bound() const;
   // As GradReducer: seconds the reductions ran on the comm thread, and seconds
   // finish_backward() waited for them.
   double communication_seconds() const { return communication_seconds_; }

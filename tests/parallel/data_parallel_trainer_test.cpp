@@ -92,6 +92,8 @@ RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0)
       for (const GradBucket& b : sharded->buckets()) largest = std::max(largest, b.size());
       run.peak_lent_bucket_bytes[rank] = int64_t(sharded->peak_lent()) * largest * 4;
       EXPECT_GT(sharded->peak_lent(), 0);
+      // Lending waits for the buckets in flight: never the whole model at once.
+      EXPECT_LE(sharded->peak_lent(), sharded->lent_bound());
     }
     if (const GatheredParameters* gathered = trainer.gathered_parameters()) {
       run.peak_gathered_elements[rank] = gathered->peak_held_elements();
