@@ -196,6 +196,16 @@ TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, 
                                range_of(optimizer.v(), begin, lo, hi));
   }
   store.refresh_compute_copy();
+  if (store.replicated_values()) {
+    // ZeRO-1/2 under bf16: every rank's compute copy and f32 copies hold the whole model.
+    Arena scratch("load");
+    for (int i = 0; i < int(specs.size()); ++i) {
+      const ParameterSpec& spec = specs[size_t(i)];
+      Tensor values = Tensor::zeros(scratch, spec.local_shape, DType::kF32, MemoryCategory::kOther);
+      reader.read_local(spec.name, spec.shard, values);
+      store.set_replicated_values(i, values);
+    }
+  }
   TrainingState state = training_state_from_manifest(reader.manifest());
   optimizer.set_steps_taken(state.step);
   return state;

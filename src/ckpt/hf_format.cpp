@@ -138,13 +138,22 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
     }
     // BF16 and F16 widen to the fp32 master weights exactly: no information is lost. A
     // tensor-parallel rank reads the whole tensor and keeps its shard.
+    // Under ZeRO with a sharded master the values go through a local copy (ParameterStore::
+    // assign keeps what this rank holds of them).
+    Arena scratch("import");
+    const bool direct = !store.master_sharded();
     if (registry.tensor_parallel().size == 1 || spec.shard.replicated()) {
-      reader.read(t.name, store.master(index), DTypePolicy::kConvert);
+      Tensor local =
+          direct ? store.master(index)
+                 : Tensor::empty(scratch, spec.local_shape, DType::kF32, MemoryCategory::kOther);
+      reader.read(t.name, local, DTypePolicy::kConvert);
+      if (!direct) store.assign(index, local);
     } else {
-      Arena scratch("import");
       Tensor whole = Tensor::empty(scratch, spec.shape, DType::kF32, MemoryCategory::kOther);
       reader.read(t.name, whole, DTypePolicy::kConvert);
-      Tensor local = store.master(index);
+      Tensor local =
+          direct ? store.master(index)
+                 : Tensor::empty(scratch, spec.local_shape, DType::kF32, MemoryCategory::kOther);
       local.zero_();  // vocabulary padding stays zero
       const BoxPlacement from = contiguous_placement(
           ShardBox::whole(spec.shape), static_cast<std::byte*>(whole.raw_data()), DType::kF32);
@@ -152,6 +161,7 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
            local_placements(spec.shape, spec.shard, local, 0, local.numel())) {
         copy_overlap(from, to);
       }
+      if (!direct) store.assign(index, local);
     }
     loaded.insert(name);
   }

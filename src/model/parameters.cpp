@@ -191,6 +191,7 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
   } else if (!part_.has_embedding()) {
     add(token_table, {V, C}, ParamInit::kNormal, true, vocab, false);
     specs_.back().tied_copy = true;
+    specs_.back().read_as_f32 = false;  // the last stage uses it in the head's matmul only
   }
 }
 
@@ -199,6 +200,10 @@ int ParameterRegistry::add(std::string name, Shape shape, ParamInit init, bool w
   ParameterSpec spec{std::move(name), std::move(shape), init,    weight_decay,
                      total_,          std::move(shard), Shape(), partial_grad};
   spec.layer = adding_layer_;
+  const std::string_view n = spec.name;
+  spec.read_as_f32 = spec.shape.rank() == 1 || n.ends_with("wte.weight") ||
+                     n.ends_with("embed_tokens.weight") || n.ends_with("wpe.weight") ||
+                     n.ends_with("embed_positions.weight");
   spec.local_shape = spec.shard.local_shape(spec.shape);
   // Keep every parameter 16-element aligned so views start on 64-byte boundaries.
   total_ += (spec.local_shape.numel() + 15) / 16 * 16;
@@ -247,7 +252,9 @@ ParameterStore::ParameterStore(const ParameterRegistry& registry, Arena& arena, 
   }
   const int64_t P = registry.total_elements();
   const FlatRange owned = zero.owned(P);
-  master_range_ = zero.shards_parameters() ? owned : FlatRange{0, P};
+  const bool master_sharded =
+      zero.shards_parameters() || (zero.shards_optimizer() && compute_dtype != DType::kF32);
+  master_range_ = master_sharded ? owned : FlatRange{0, P};
   grad_range_ = zero.shards_gradients() ? owned : FlatRange{0, P};
   master_ = Tensor::zeros(arena, {master_range_.size()}, DType::kF32, MemoryCategory::kParameters);
   grads_ = Tensor::zeros(arena, {grad_range_.size()}, DType::kF32, MemoryCategory::kGradients);
@@ -262,6 +269,48 @@ ParameterStore::ParameterStore(const ParameterRegistry& registry, Arena& arena, 
     lent_master_.resize(n);
     lent_compute_.resize(n);
   }
+  if (replicated_values()) {
+    // The f32 copies, packed (16-element aligned like the flat store), bound for good.
+    int64_t elements = 0;
+    for (const ParameterSpec& spec : registry.specs()) {
+      if (spec.read_as_f32) elements += (spec.local_shape.numel() + 15) / 16 * 16;
+    }
+    f32_copies_ = Tensor::zeros(arena, {elements}, DType::kF32, MemoryCategory::kParameters);
+    lent_master_.resize(n);
+    int64_t at = 0;
+    for (int i = 0; i < int(n); ++i) {
+      const ParameterSpec& spec = registry.at(i);
+      if (!spec.read_as_f32) continue;
+      lent_master_[size_t(i)] =
+          f32_copies_.slice_rows(at, at + spec.local_shape.numel()).view(spec.local_shape);
+      at += (spec.local_shape.numel() + 15) / 16 * 16;
+    }
+  }
+}
+
+void ParameterStore::set_replicated_values(int index, const Tensor& values) {
+  LATTICE_CHECK(replicated_values(), "set_replicated_values: the master is not sharded");
+  const ParameterSpec& spec = registry_.at(index);
+  expect_shape(values, spec.local_shape, "ParameterStore::set_replicated_values", "values");
+  slice(compute_, index).copy_from(values);  // rounds to the compute dtype
+  if (spec.read_as_f32) lent_master_[size_t(index)].copy_from(values);
+}
+
+void ParameterStore::assign(int index, const Tensor& values) {
+  const ParameterSpec& spec = registry_.at(index);
+  expect_shape(values, spec.local_shape, "ParameterStore::assign", "values");
+  if (!master_sharded()) {
+    slice(master_, index).copy_from(values);
+    return;
+  }
+  const int64_t begin = std::max(spec.offset, master_range_.begin);
+  const int64_t end = std::min(spec.offset + spec.local_shape.numel(), master_range_.end);
+  if (begin < end) {
+    const Tensor flat = values.view(Shape{values.numel()});
+    master_.slice_rows(begin - master_range_.begin, end - master_range_.begin)
+        .copy_from(flat.slice_rows(begin - spec.offset, end - spec.offset));
+  }
+  if (replicated_values()) set_replicated_values(index, values);
 }
 
 void ParameterStore::initialize(const ModelConfig& config, uint64_t seed) {
@@ -279,11 +328,26 @@ void ParameterStore::initialize(const ModelConfig& config, uint64_t seed) {
                      master + (begin - held.begin));
     });
   }
+  if (replicated_values()) {
+    // Every rank's compute copy and f32 copies hold the whole model from the start.
+    std::vector<float> values;
+    for (int i = 0; i < int(registry_.specs().size()); ++i) {
+      const ParameterSpec& spec = registry_.at(i);
+      values.assign(size_t(spec.local_shape.numel()), 0.0f);
+      for_each_shard_run(spec.shape, spec.shard, [&](int64_t global, int64_t local, int64_t count) {
+        initial_values(spec, config, seed, global, count, values.data() + local);
+      });
+      set_replicated_values(i, Tensor::borrow(values.data(), spec.local_shape, DType::kF32));
+    }
+    return;
+  }
   refresh_compute_copy();
 }
 
 void ParameterStore::refresh_compute_copy() {
-  if (compute_.defined() && compute_.dtype() != DType::kF32) compute_.copy_from(master_);
+  if (!compute_.defined() || compute_.dtype() == DType::kF32) return;
+  // A sharded master refreshes its own range; the other ranks' come with the gather.
+  compute_.slice_rows(master_range_.begin, master_range_.end).copy_from(master_);
 }
 
 Tensor ParameterStore::slice(const Tensor& flat, int index) const {
@@ -303,7 +367,7 @@ const Tensor& ParameterStore::bound(const std::vector<Tensor>& views, int index,
 }
 
 Tensor ParameterStore::master(int index) const {
-  return values_lent() ? bound(lent_master_, index, "master value") : slice(master_, index);
+  return master_sharded() ? bound(lent_master_, index, "master value") : slice(master_, index);
 }
 Tensor ParameterStore::grad(int index) const {
   return gradients_lent() ? bound(lent_grads_, index, "gradient") : slice(grads_, index);

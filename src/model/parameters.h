@@ -52,6 +52,10 @@ struct ParameterSpec {
   // The transformer layer the parameter belongs to; -1: the embedding and the head (final norm,
   // output layer). ZeRO-3 gathers the parameters of one layer at a time.
   int64_t layer = -1;
+  // The forward reads it in f32 (norm weights, biases, the token table's lookup, learned
+  // positions); matmul weights are read from the compute copy. Under bf16 compute with the master
+  // sharded (ZeRO-1/2) every rank keeps an f32 copy of these.
+  bool read_as_f32 = false;
 };
 
 // The layers of one pipeline chunk, [first_layer, last_layer), with the embedding (the model's
@@ -127,8 +131,13 @@ void initial_values(const ParameterSpec& spec, const ModelConfig& config, uint64
                     int64_t first, int64_t count, float* out);
 
 // Which parts of the flat store a rank holds under ZeRO (parallel/zero_shards.h).
-//   stage 0, 1: everything: the f32 master (the model's parameters), the compute copy and the
+//   stage 0: everything: the f32 master (the model's parameters), the compute copy and the
 //      gradients of all P elements.
+//   stage 1 (and 2) under bf16 compute: master() holds the owned shard only (the optimizer's
+//      range); the bf16 compute copy stays whole, and so does an f32 copy of the parameters the
+//      forward reads in f32 (ParameterSpec::read_as_f32), kept equal on every rank by the
+//      trainer's gather after each update. Under f32 compute the compute copy is the master, so
+//      it stays whole until stage 3.
 //   stage 2: grads() holds the owned shard only; each backward writes into bucket buffers lent
 //      for it (bind_grad) and reduced into the shard.
 //   stage 3: master() holds the owned shard only, and there is no standing compute copy: a
@@ -158,6 +167,19 @@ class ParameterStore {
   DType compute_dtype() const { return compute_dtype_; }
   bool gradients_lent() const { return zero_.shards_gradients(); }
   bool values_lent() const { return zero_.shards_parameters(); }
+  // The f32 master holds the owned range only (stage 3, or stage 1-2 under bf16 compute).
+  bool master_sharded() const { return master_range_.size() != registry_.total_elements(); }
+  // Stage 1-2 under bf16: the whole compute copy and the f32 copies are kept on every rank.
+  bool replicated_values() const { return master_sharded() && !values_lent(); }
+  // replicated_values(): writes parameter `index`'s values (f32, local shape) into the compute
+  // copy (rounded) and its f32 copy; the master shard is the caller's (a load, the gather).
+  void set_replicated_values(int index, const Tensor& values);
+  // Writes parameter `index`'s values (f32, local shape) into whatever this rank holds of it:
+  // its master (or the owned part of it), and under replicated_values() its compute and f32
+  // copies (a load; the caller refreshes the compute copy of a whole master afterwards).
+  void assign(int index, const Tensor& values);
+  // replicated_values(): the f32 copy of a read_as_f32 parameter (for the gather to fill).
+  Tensor f32_copy(int index) const { return bound(lent_master_, index, "f32 copy"); }
 
   // Views with the parameter's local shape.
   Tensor master(int index) const;
@@ -184,7 +206,8 @@ class ParameterStore {
   Tensor grads_;
   Tensor compute_;
   std::vector<Tensor> lent_grads_;                  // stage 2/3, per parameter
-  std::vector<Tensor> lent_master_, lent_compute_;  // stage 3, per parameter
+  std::vector<Tensor> lent_master_, lent_compute_;  // stage 3 (and stage 1-2 bf16: f32 copies)
+  Tensor f32_copies_;  // stage 1-2 under bf16: the read_as_f32 parameters, packed
 };
 
 }  // namespace lattice

@@ -20,7 +20,8 @@ namespace lattice {
 // count).
 uint64_t hash_floats(const float* data, int64_t count);
 
-// master: f32 (P); params: each parameter's flat range; names: their global names.
+// master: (P) of any dtype (the f32 master, or the bf16 compute copy when the master is sharded);
+// params: each parameter's flat range; names: their global names.
 // Throws ValueError when a parameter differs between replicas; returns the number checked.
 int check_replicas(Communicator& dp, const Tensor& master, const std::vector<FlatRange>& params,
                    const std::vector<std::string>& names);

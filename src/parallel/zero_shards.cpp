@@ -1,6 +1,7 @@
 #include "parallel/zero_shards.h"
 
 #include <algorithm>
+#include <cstddef>
 
 namespace lattice {
 
@@ -38,10 +39,17 @@ void reduce_to_owners(Communicator& dp, float* data, FlatRange range, int64_t to
 }
 
 void broadcast_from_owners(Communicator& dp, float* data, FlatRange range, int64_t total) {
+  broadcast_from_owners(dp, data, DType::kF32, range, total);
+}
+
+void broadcast_from_owners(Communicator& dp, void* data, DType dtype, FlatRange range,
+                           int64_t total) {
+  const size_t element = dtype_size(dtype);
   for (int r = 0; r < dp.size(); ++r) {
     const FlatRange piece = intersect(range, zero_shard(total, dp.size(), r));
     if (piece.size() == 0) continue;
-    dp.broadcast(data + (piece.begin - range.begin), piece.size(), DType::kF32, r, kFixedRing);
+    void* at = static_cast<std::byte*>(data) + size_t(piece.begin - range.begin) * element;
+    dp.broadcast(at, piece.size(), dtype, r, kFixedRing);
   }
 }
 

@@ -52,5 +52,8 @@ void reduce_to_owners(Communicator& dp, float* data, FlatRange range, int64_t to
 // For each owner r whose shard meets `range`, in rank order: the owner's piece of `data` (as
 // above) is broadcast to every rank. Before the call each rank must hold its own piece.
 void broadcast_from_owners(Communicator& dp, float* data, FlatRange range, int64_t total);
+// The same for a buffer of any dtype (the bf16 compute copy under ZeRO-1/2).
+void broadcast_from_owners(Communicator& dp, void* data, DType dtype, FlatRange range,
+                           int64_t total);
 
 }  // namespace lattice

@@ -211,7 +211,37 @@ double Trainer::global_grad_norm() {
 void Trainer::check_replicas_now() {
   std::vector<std::string> names;
   for (const ParameterSpec& spec : model_->registry().specs()) names.push_back(spec.name);
-  check_replicas(*parallel_.dp, model_->parameters().master(), param_ranges_, names);
+  // With the master sharded, the replicas are the compute copy (and the f32 copies, which the
+  // same gather fills).
+  ParameterStore& params = model_->parameters();
+  check_replicas(*parallel_.dp, params.master_sharded() ? params.compute() : params.master(),
+                 param_ranges_, names);
+}
+
+// ZeRO-1/2 under bf16 compute: every owner updated the master and compute copy of its shard;
+// the compute copy and the f32 copies of the parameters read in f32 go from the owners to all.
+void Trainer::share_updated_values() {
+  ParameterStore& params = model_->parameters();
+  Communicator& dp = *parallel_.dp;
+  const int64_t P = model_->registry().total_elements();
+  Tensor& compute = params.compute();
+  broadcast_from_owners(dp, compute.raw_data(), compute.dtype(), FlatRange{0, P}, P);
+  const FlatRange owned = params.master_range();
+  const float* master = params.master().data<float>();
+  const auto& specs = model_->registry().specs();
+  for (int i = 0; i < int(specs.size()); ++i) {
+    const ParameterSpec& spec = specs[size_t(i)];
+    if (!spec.read_as_f32) continue;
+    const FlatRange range{spec.offset, spec.offset + spec.local_shape.numel()};
+    float* copy = params.f32_copy(i).data<float>();
+    const int64_t begin = std::max(range.begin, owned.begin);
+    const int64_t end = std::min(range.end, owned.end);
+    if (begin < end) {
+      std::copy(master + (begin - owned.begin), master + (end - owned.begin),
+                copy + (begin - range.begin));
+    }
+    broadcast_from_owners(dp, copy, range, P);
+  }
 }
 
 double Trainer::run_micro_batches(double global_tokens) {
@@ -303,9 +333,11 @@ StepMetrics Trainer::train_step() {
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);
-  if (optimizer_->sharded() && !params.values_lent()) {
-    // ZeRO-1/2: the owners' updated shards go to every replica. ZeRO-3 keeps them sharded: the
-    // next forward gathers what it uses.
+  if (params.replicated_values()) {
+    share_updated_values();
+  } else if (optimizer_->sharded() && !params.values_lent()) {
+    // ZeRO-1/2 under f32 compute: the owners' updated shards go to every replica. ZeRO-3 keeps
+    // them sharded: the next forward gathers what it uses.
     gather_shards(*parallel_.dp, params.master().data<float>(), params.master().numel());
     params.refresh_compute_copy();
   }

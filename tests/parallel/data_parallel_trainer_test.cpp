@@ -214,6 +214,19 @@ int64_t padded_parameter_count(const ModelConfig& model) {
   return psi;
 }
 
+// Elements of the parameters the forward reads in f32 (norms, biases, embedding tables),
+// padded like the flat store: the f32 copies a bf16 ZeRO-1/2 rank keeps whole.
+int64_t read_as_f32_elements(const ModelConfig& model) {
+  const ParameterRegistry registry(model);
+  int64_t elements = 0;
+  for (const ParameterSpec& spec : registry.specs()) {
+    if (spec.read_as_f32) elements += (spec.local_shape.numel() + 15) / 16 * 16;
+  }
+  EXPECT_GT(elements, 0);
+  EXPECT_LT(elements, registry.total_elements() / 2) << "the f32 copies are the small part";
+  return elements;
+}
+
 // ZeRO-3's most gathered elements: the ends' parameters and the two largest layers' (padded).
 int64_t ends_and_two_layers(const ModelConfig& model) {
   const ParameterRegistry registry(model);
@@ -254,7 +267,13 @@ void expect_bytes_per_category(const TrainConfig& config, int dp, int zero) {
     const CategoryBytes& live = run.live_bytes[size_t(r)];
     const CategoryBytes& peak = run.peak_bytes[size_t(r)];
     const int64_t shard = zero == 0 ? psi : zero_shard_elements(psi, dp, r);
-    const int64_t params = zero >= 3 && sharded ? 4 * shard : 4 * psi + (bf16 ? 2 * psi : 0);
+    // bf16 from ZeRO-1: the master is sharded; the compute copy and the f32 copies of what the
+    // forward reads in f32 stay whole. ZeRO-3: only the master shard.
+    int64_t params = 4 * psi + (bf16 ? 2 * psi : 0);
+    if (sharded && zero >= 3) params = 4 * shard;
+    if (sharded && bf16 && zero >= 1 && zero <= 2) {
+      params = 2 * psi + 4 * read_as_f32_elements(config.model) + 4 * shard;
+    }
     const int64_t grads = zero >= 2 && sharded ? 4 * shard : 4 * psi;
     const std::string where = fmt::format("Ψ {} dp {} zero {} rank {} {}", psi, dp, zero, r,
                                           dtype_name(config.compute_dtype));
@@ -281,6 +300,10 @@ void expect_bytes_per_category(const TrainConfig& config, int dp, int zero) {
   EXPECT_EQ(gradient_total, 4 * psi * (zero >= 2 ? 1 : copies)) << "dp " << dp << " zero " << zero;
   if (zero >= 3 && sharded) {
     EXPECT_EQ(parameter_total, 4 * psi) << "dp " << dp << " zero " << zero;
+  }
+  if (bf16 && sharded && zero >= 1) {
+    // The f32 master is stored once over the group.
+    EXPECT_LT(parameter_total, int64_t(dp) * 6 * psi) << "dp " << dp << " zero " << zero;
   }
 }
 
