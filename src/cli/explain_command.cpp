@@ -241,18 +241,15 @@ void run_explain(ExplainArgs args) {
   ParameterTable params = parameter_table(w);
   std::string zero_note = args.dp > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
   if (args.zero >= 1 && args.dp > 1) {
-    // What the stage shards, as the ParameterStore allocates it (model/parameters.h): the
-    // moments from 1, the gradients from 2 (the packed tp-partial buffer stays), the f32 master
-    // from 3 (no standing compute copy; layers are gathered for their use).
-    const FlatRange shard = zero_shard(params.store_elements, args.dp, at.dp);
-    params = parameter_table(w, shard.size());
-    if (args.zero >= 2) params.gradient_bytes += 4 * (shard.size() - params.store_elements);
-    if (args.zero >= 3) params.parameter_bytes = 4 * shard.size();
-    zero_note =
-        fmt::format(" (ZeRO {}: dp rank {}'s shard of {} for {})", args.zero, at.dp, args.dp,
-                    args.zero == 1   ? "the optimizer state"
-                    : args.zero == 2 ? "the optimizer state and gradients"
-                                     : "the optimizer state, gradients and parameters");
+    // What the stage shards, as the ParameterStore allocates it on this dp rank.
+    params = parameter_table(w, ZeroSharding{args.zero, args.dp, at.dp});
+    const bool master = args.zero >= 3 || config.compute_dtype != DType::kF32;
+    zero_note = fmt::format(
+        " (ZeRO {}: dp rank {}'s shard of {} for {})", args.zero, at.dp, args.dp,
+        args.zero >= 3   ? "the optimizer state, gradients and parameters"
+        : args.zero == 2 ? (master ? "the optimizer state, f32 master and gradients"
+                                   : "the optimizer state and gradients")
+                         : (master ? "the optimizer state and f32 master" : "the optimizer state"));
   }
   const ActivationTable acts = activation_table(w);
   const std::vector<CollectiveRecord> collectives = tensor_parallel_collectives(w);

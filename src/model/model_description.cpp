@@ -119,6 +119,30 @@ ParameterTable parameter_table(const RankWorkload& w, int64_t optimizer_elements
   return table;
 }
 
+ParameterTable parameter_table(const RankWorkload& w, const ZeroSharding& zero) {
+  ParameterTable table = parameter_table(w, -1);
+  const ParameterRegistry registry(w.model, w.tp, w.part);
+  const bool mixed = w.compute_dtype != DType::kF32;
+  const int64_t P = table.store_elements;
+  const FlatRange owned = zero.owned(P);
+  const bool master_sharded = zero.shards_parameters() || (zero.shards_optimizer() && mixed);
+  int64_t read_as_f32 = 0;  // the f32 copies of a sharded master with a resident compute copy
+  for (const ParameterSpec& spec : registry.specs()) {
+    if (spec.read_as_f32) read_as_f32 += (spec.local_shape.numel() + 15) / 16 * 16;
+  }
+  const int64_t f32 = int64_t(sizeof(float));
+  table.parameter_bytes = f32 * (master_sharded ? owned.size() : P);
+  if (!zero.shards_parameters()) {
+    if (mixed) table.parameter_bytes += int64_t(dtype_size(w.compute_dtype)) * P;
+    if (master_sharded) table.parameter_bytes += f32 * read_as_f32;
+  }
+  table.gradient_bytes =
+      f32 * ((zero.shards_gradients() ? owned.size() : P) + table.partial_grad_elements);
+  table.optimizer_elements = owned.size();
+  table.optimizer_bytes = 2 * f32 * owned.size();
+  return table;
+}
+
 ActivationTable activation_table(const RankWorkload& w) {
   const RankSizes s = rank_sizes(w);
   if (w.deferred_weights && w.recompute != Recompute::kNone) {

@@ -71,6 +71,11 @@ struct ParameterTable {
 // optimizer_elements: the elements whose moments this rank keeps (< 0: the whole store).
 // ConfigError (validate_tensor_parallel) when the model does not split over the layout.
 ParameterTable parameter_table(const RankWorkload& workload, int64_t optimizer_elements = -1);
+// The bytes as the ParameterStore and AdamW allocate them on rank zero.rank of a dp group of
+// zero.ranks at ZeRO stage zero.stage (model/parameters.h): the sharded master, compute copy,
+// f32 copies, gradients and moments; ZeRO-2/3's lent buckets and gathered layers are transient
+// and not counted.
+ParameterTable parameter_table(const RankWorkload& workload, const ZeroSharding& zero);
 
 struct ActivationRow {
   std::string name;  // "layer 0 ln_1", "logits", "grad ln (reduced)"

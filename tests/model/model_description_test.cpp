@@ -325,5 +325,37 @@ TEST(ModelDescription, Gpt2SmallIsDescribedFromShapesAlone) {
   EXPECT_EQ(collectives.size(), size_t((1 + 48 + 1 + 2) + (1 + 48 + 1) + 1));
 }
 
+// The parameter store of a dp rank at each ZeRO stage, built without a group (its sizes depend
+// on the stage and the rank only): its bytes equal the table's, so `lattice explain --zero`
+// tells what a run will hold.
+TEST(ParameterTable, ZeroStagesMatchTheStoreOfEachRank) {
+  for (const char* model : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig config = testing::test_model(model);
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        for (int ranks : {2, 3}) {
+          for (int rank = 0; rank < ranks; ++rank) {
+            const ZeroSharding zero{stage, ranks, rank};
+            Arena arena("zero");
+            Transformer transformer(config, arena, dtype, TensorParallel(), {}, zero);
+            const ParameterTable table = parameter_table({config, {}, kB, kT, dtype}, zero);
+            const std::string where = fmt::format("{} {} zero {} rank {} of {}", model,
+                                                  dtype_name(dtype), stage, rank, ranks);
+            EXPECT_EQ(size_t(table.parameter_bytes), live(arena, MemoryCategory::kParameters))
+                << where;
+            EXPECT_EQ(size_t(table.gradient_bytes), live(arena, MemoryCategory::kGradients))
+                << where;
+            const FlatRange owned = zero.owned(table.store_elements);
+            EXPECT_EQ(table.optimizer_elements, owned.size()) << where;
+            if (stage >= 1) {
+              EXPECT_LT(table.optimizer_elements, table.store_elements) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lattice
