@@ -45,7 +45,7 @@ struct PlanArgs {
   bool sp = false, no_sp = false;
   int top = 5;
   bool json = false;
-  // --validate (its defaults differ: the model gpt2-tiny, a batch of 8, fp32, the default
+  // --validate (its defaults differ: the model shakespeare-char, a batch of 8, fp32, the default
   // profile; see plan_validate_command.h).
   bool validate = false;
   PlanValidateArgs validation;
@@ -166,10 +166,21 @@ void register_plan_command(CLI::App& app) {
   PlanValidateArgs& v = args->validation;
   cmd->add_flag("--validate", args->validate,
                 "Run layouts of a small model here; compare predicted and measured memory and "
-                "step time (model: a trainer preset or training .toml; default gpt2-tiny)");
+                "step time (model: a trainer preset or training .toml; default shakespeare-char)");
   cmd->add_option("--layouts", v.layouts,
-                  "--validate: layouts, e.g. dp1tp1 dp2 tp2 tp2+sp dp2+zero1")
+                  "--validate: layouts, e.g. dp1tp1 dp2 tp2+sp dp2+zero1 rc-full pp2+gpipe pp2+v2 "
+                  "pp2+zb (dp<N> tp<N> pp<N> zero<K> sp 1f1b|gpipe|zb|v<N> rc-sel|rc-full mb<N>)")
       ->capture_default_str();
+  cmd->add_option("--layers", v.layers, "--validate: override the model's layer count")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batches", v.micro_batches,
+                  "--validate: micro-batches per step of pipeline layouts (without mb<N>)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rounds", v.rounds,
+                  "--validate: run the layout list this many times (step time: median of all)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--steps", v.steps, "--validate: timed steps per layout")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -180,6 +191,9 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--data", v.data, "--validate: directory with train.bin (default: synthetic)");
+  cmd->add_flag("--oversubscribe", v.oversubscribe,
+                "--validate: allow layouts with more ranks x threads than cores (memory only: "
+                "their step time measures the contention; marked '(over)')");
   cmd->add_option("--time-factor", v.time_factor,
                   "--validate: step time accepted within this factor of the measurement")
       ->capture_default_str();

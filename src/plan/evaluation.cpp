@@ -122,6 +122,22 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                   fmt::format("v = {} model chunks per rank needs the interleaved schedule",
                               l.virtual_stages));
   }
+  if (setup.runtime == Runtime::kLattice && l.pp > 1 && l.zero >= 2) {
+    return reject(RejectReason::kSchedule,
+                  fmt::format("ZeRO-{} with pp {}: Lattice's ZeRO-2/3 shard gradients (and "
+                              "parameters) per backward, which its pipeline schedules do not "
+                              "drive yet ---> HINT: use zero 0 or 1 with pp > 1",
+                              l.zero, l.pp));
+  }
+  if (l.pp > 1 && l.schedule == Schedule::kZbH1 && l.recompute != Recompute::kNone) {
+    // Lattice's runtime refuses the pair (train/trainer.cpp): the weight-gradient pass reads
+    // activations that recompute would have dropped.
+    return reject(RejectReason::kSchedule,
+                  fmt::format("schedule zb-h1 defers weight gradients, which needs every "
+                              "activation kept; recompute {} drops them ---> HINT: use recompute "
+                              "none with zb-h1, or 1f1b / interleaved with recompute",
+                              recompute_name(l.recompute)));
+  }
   return std::nullopt;
 }
 

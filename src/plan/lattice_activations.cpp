@@ -1,9 +1,12 @@
 #include "plan/lattice_activations.h"
 
+#include <set>
+
 namespace lattice::plan {
 
-LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model,
-                                                const ActivationOptions& o) {
+LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const ActivationOptions& o,
+                                                const LatticeStagePart& part,
+                                                bool deferred_weights) {
   const double t = double(o.tp);
   const bool sp = o.sequence_parallel && o.tp > 1;
   const double N = double(o.micro_batch * o.seq_len), R = sp ? N / t : N;
@@ -16,30 +19,52 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model,
   const bool rope = model.position == PositionKind::kRope;
   const double gathered = sp ? N * C * cdt : 0.0;  // an all-gathered copy of R rows under SP
   const double norm = R * C * cdt + 2.0 * R * f32 + gathered;  // output, mean, rstd (+ gathered)
+  const double mlp = (swiglu ? 3.0 : 2.0) * N * H * cdt;       // up (+ gate), activation
+  const double qkv = N * (Q + 2.0 * K) * cdt;
+
+  // One layer's forward buffers: `core` the attention output and its log-sum-exp, `rest` all
+  // else (Transformer's Activations::PerLayer).
+  const double core = N * Q * cdt + N * QH * f32;
+  const double rest = norm + (model.fused_qkv ? qkv : 0.0) + qkv  // ln_1, c_attn, q k v
+                      + R * C * f32                               // mid-point of the residual
+                      + norm + mlp;                               // ln_2, MLP
+  const double kept = o.recompute == Recompute::kFull        ? 0.0
+                      : o.recompute == Recompute::kSelective ? rest
+                                                             : rest + core;
 
   LatticeActivationBytes bytes;
-  double layer = norm;                                    // ln_1
-  if (model.fused_qkv) layer += N * (Q + 2.0 * K) * cdt;  // c_attn output
-  layer += N * (Q + 2.0 * K) * cdt;                       // q, k, v
-  layer += N * Q * cdt + N * QH * f32;                    // attention output, log-sum-exp
-  layer += R * C * f32;                                   // mid-point of the residual
-  layer += norm;                                          // ln_2
-  layer += (swiglu ? 3.0 : 2.0) * N * H * cdt;            // up (+ gate), activation
-  bytes.stored = double(model.n_layers) * layer + double(model.n_layers + 1) * R * C * f32;
+  // The residual stream at each chunk's layer boundaries (adjacent chunks on one rank share one)
+  // and the gradients a chunk receives (all but the head's) and sends (all but the embedding's).
+  std::set<int64_t> boundaries;
+  double chunk_grads = 0;
+  for (const LatticeChunk& chunk : part.chunks) {
+    for (int64_t l = chunk.first_layer; l <= chunk.last_layer; ++l) boundaries.insert(l);
+    chunk_grads += double(int(!chunk.head) + int(!chunk.embedding)) * R * C * f32;
+  }
+  const double layers = double(part.layers());
+  bytes.slot_layers = double(boundaries.size()) * R * C * f32 + chunk_grads + layers * kept;
+  if (deferred_weights) {
+    // Output gradients of the MLP down and attention out maps (replicated N×C), the MLP up
+    // (+ gate) and the QKV projection, kept from the input pass to the weight pass.
+    bytes.slot_layers += layers * (2.0 * N * C * cdt + (mlp - N * H * cdt) + qkv);
+  }
+  if (part.has_head()) {
+    bytes.slot_head = norm + N * W * f32 + N * f32;  // ln_f, logits, token losses
+    if (o.tp > 1) bytes.slot_head += 3.0 * N * f32;  // vocab-parallel CE: row max, two row sums
+  }
 
   double scratch = N * C * f32 + (sp ? R * C * f32 : 0.0);          // row-parallel output (+ shard)
   scratch += R * C * f32 + N * C * f32 + (sp ? R * C * f32 : 0.0);  // dresidual, dln (+ shard)
   if (!f32_compute) scratch += R * C * cdt;                         // dy in the compute dtype
   if (sp) scratch += N * C * cdt + N * C * f32;                     // gathered dy and dresidual
-  scratch += N * Q * cdt + N * (Q + 2.0 * K) * cdt;                 // datt, dq, dk, dv
+  scratch += N * Q * cdt + qkv;                                     // datt, dq, dk, dv
   if (rope) scratch += N * (Q + K) * cdt;                           // dq, dk before RoPE
-  if (model.fused_qkv) scratch += N * (Q + 2.0 * K) * cdt;          // dqkv
-  scratch += (swiglu ? 3.0 : 2.0) * N * H * cdt;                    // dact, dup (+ dgate)
-  bytes.backward_scratch = scratch;
-
-  bytes.output = norm + N * W * f32 + N * f32;    // ln_f, logits, token losses
-  if (o.tp > 1) bytes.output += 3.0 * N * f32;    // vocab-parallel CE: row max, two row sums
-  if (!f32_compute) bytes.output += N * W * cdt;  // logits' gradient in the compute dtype
+  if (model.fused_qkv) scratch += qkv;                              // dqkv
+  scratch += mlp;                                                   // dact, dup (+ dgate)
+  if (!f32_compute && part.has_head()) scratch += N * W * cdt;      // logits' gradient
+  if (o.recompute != Recompute::kNone) scratch += core;             // the recomputed layer
+  if (o.recompute == Recompute::kFull) scratch += rest;
+  bytes.scratch = scratch;
   bytes.token_batch = 2.0 * N * 4.0;
   return bytes;
 }

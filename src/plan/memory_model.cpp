@@ -4,14 +4,25 @@
 
 #include "plan/activation_memory.h"
 #include "plan/lattice_activations.h"
+#include "plan/lattice_stages.h"
 #include "plan/pipeline_theory.h"
 
 namespace lattice::plan {
 
 double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage) {
+  return stage_parameter_count(model, layout, stage, model.n_layers / layout.pp);
+}
+
+int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage) {
+  if (setup.runtime != Runtime::kLattice) return setup.model.n_layers / layout.pp;
+  return lattice_stage_part(setup.model, layout.pp, layout.virtual_stages, stage).layers();
+}
+
+double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage,
+                             int64_t held_layers) {
   const ParameterCounts counts = count_parameters(model);
   const double t = double(layout.tp);
-  const double layers = double(model.n_layers / layout.pp);
+  const double layers = double(held_layers);
   double count = layers * (double(counts.per_layer - counts.per_layer_replicated) / t +
                            double(counts.per_layer_replicated));
   const double word_embedding = double(model.padded_vocab_size * model.d_model);
@@ -48,20 +59,22 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   mem.stage = stage;
   mem.capacity = setup.cluster.usable_memory_bytes();
 
+  const bool lattice = setup.runtime == Runtime::kLattice;
+  const int64_t held_layers = stage_layers(setup, layout, stage);
+
   // Model states (ZeRO paper): 2 + 2 + 12 bytes per parameter in mixed precision.
-  const double n = stage_parameter_count(model, layout, stage);
+  const double n = stage_parameter_count(model, layout, stage, held_layers);
   mem.parameter_count = n;
   const ModelStateBytes states = model_state_bytes(n, layout.dp, layout.zero, bytes);
   mem.parameters = states.parameters;
   mem.gradients = states.gradients;
   mem.optimizer_states = states.optimizer_states;
-  const bool lattice = setup.runtime == Runtime::kLattice;
   if (lattice && layout.tp > 1 && layout.sequence_parallel) {
     // Lattice packs the partial gradients of the replicated parameters (each tp rank saw only its
     // token rows) into one f32 buffer for their group all-reduce: norms and row-parallel biases
     // of every layer, the final norm, the learned position table.
     const ParameterCounts counts = count_parameters(model);
-    double replicated = double(model.n_layers / layout.pp) * double(counts.per_layer_replicated);
+    double replicated = double(held_layers) * double(counts.per_layer_replicated);
     if (stage == 0 && model.position == PositionKind::kLearned)
       replicated += double(model.max_seq_len * model.d_model);
     if (stage == layout.pp - 1) replicated += double(counts.final_norm);
@@ -101,27 +114,80 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     mem.logits = (logits + inputs) * last_chunk_in_flight;
   }
 
-  if (lattice && layout.pp == 1) {
-    // The runtime's own buffers (lattice_activations.h) instead of the paper's model: one
-    // micro-batch's set, allocated once. (It has no pipeline yet, and no recompute.)
-    const LatticeActivationBytes own = lattice_activation_bytes(model, options);
-    mem.activations = own.stored + own.backward_scratch;
-    mem.recompute_working = 0;
-    mem.embedding_activations = own.token_batch;
-    mem.logits = own.output;
+  if (lattice) {
+    // The runtime's own buffers (lattice_activations.h) instead of the paper's model: a slot of
+    // all the stage's chunks per micro-batch in flight (lattice_stages.h), one scratch, and the
+    // token batches: the trainer's own and, with a pipeline, one per micro-batch of the step.
+    const LatticeStagePart part =
+        lattice_stage_part(model, layout.pp, layout.virtual_stages, stage);
+    const bool deferred = layout.pp > 1 && layout.schedule == Schedule::kZbH1;
+    const LatticeActivationBytes own = lattice_activation_bytes(model, options, part, deferred);
+    const double slots = double(
+        lattice_activation_slots(layout.schedule, layout.pp, m, layout.virtual_stages, stage));
+    mem.activations = slots * own.slot_layers;
+    mem.logits = slots * own.slot_head;
+    mem.recompute_working = own.scratch;
+    mem.embedding_activations = own.token_batch * double(1 + (layout.pp > 1 ? m : 0));
+    // The pipeline runtime stages every send in its own f32 (R, C) buffer, kept per
+    // (micro-batch, chunk): activations from every chunk but the model's last, gradients from
+    // every chunk but its first.
+    const double rows = b * s / (layout.sequence_parallel ? t : 1.0);
+    for (const LatticeChunk& chunk : part.chunks) {
+      const double sends = double(int(!chunk.head) + int(!chunk.embedding)) * double(m);
+      if (layout.pp > 1) mem.communication_buffers += sends * rows * h * 4.0;
+    }
   }
 
-  // Communication buffers (Lattice has none: in-place bucket reduction, tp collectives on
-  // activation buffers).
+  // Communication buffers (Lattice has none but the pipeline's send staging above: in-place
+  // bucket reduction, tp collectives on activation buffers).
   const double sbh_bytes = bytes.activation * s * b * h;
   if (!lattice) {
     if (layout.dp > 1) mem.communication_buffers += 2.0 * runtime.dp_bucket_bytes;
     if (layout.tp > 1) mem.communication_buffers += sbh_bytes;  // gathered / reduced block input
     if (layout.pp > 1) mem.communication_buffers += 2.0 * sbh_bytes / t;  // send + recv (÷t)
   }
-  if (layout.zero >= 3) {
+  if (layout.zero >= 3 && !lattice) {
     const ParameterCounts counts = count_parameters(model);
     mem.zero3_gathered = 2.0 * double(counts.per_layer) / t * bytes.parameter;
+  }
+  if (lattice && layout.dp > 1 && (layout.zero == 1 || layout.zero == 2) &&
+      setup.precision == Precision::kBf16) {
+    // Under bf16 compute Lattice's ZeRO-1/2 shard the f32 master too; every rank keeps the bf16
+    // compute copy whole and an f32 copy of the parameters the forward reads in f32 (E: every
+    // 1-D parameter — norms, biases — and the token and position tables; not the last stage's
+    // tied copy): 2Ψ + 4E + 4Ψ/N (docs/data-parallel.md).
+    const ParameterCounts counts = count_parameters(model);
+    const double column_biases =
+        model.biases ? double(model.d_model + 2 * model.kv_dim() + model.d_ff) : 0.0;
+    double read_as_f32 =
+        double(held_layers) * (double(counts.per_layer_replicated) + column_biases / t);
+    if (stage == 0) {
+      read_as_f32 +=
+          double(model.padded_vocab_size * model.d_model) / t +
+          (model.position == PositionKind::kLearned ? double(model.max_seq_len * model.d_model)
+                                                    : 0.0);
+    }
+    if (stage == layout.pp - 1) read_as_f32 += double(counts.final_norm);
+    mem.parameters = 4.0 * n / double(layout.dp) + 2.0 * n + 4.0 * read_as_f32;
+  }
+  if (lattice && layout.dp > 1 && layout.zero >= 2) {
+    // Lattice's ZeRO-2/3 (docs/data-parallel.md; train/sharded_gradients.h,
+    // gathered_parameters.h). Gradients: the f32 shard, plus the buckets lent to the backward
+    // until their reduction to the owners completes — predicted as all of them (4 bytes per
+    // parameter), which models of a few buckets reach; ShardedGradients::lent_bound caps it
+    // lower for many buckets (not modelled: the planner errs towards "does not fit"). ZeRO-3
+    // parameters: the f32 master shard only (no compute copy between steps), plus the units
+    // gathered at once — the ends (embeddings, final norm, head) and the two largest layers (the
+    // current one and the prefetch) — in f32 and, under bf16, a compute copy. The arena books the
+    // gathered units as parameters.
+    const double dp = double(layout.dp);
+    mem.gradients = 4.0 * n / dp + 4.0 * n;
+    if (layout.zero >= 3) {
+      const double ends = stage_parameter_count(model, layout, stage, 0);
+      const double layer = stage_parameter_count(model, layout, stage, 1) - ends;
+      const double gathered = ends + std::min<double>(2.0, double(held_layers)) * layer;
+      mem.parameters = 4.0 * n / dp + gathered * (bytes.parameter > 4.0 ? 6.0 : 4.0);
+    }
   }
 
   const double dynamic = mem.activations + mem.recompute_working + mem.embedding_activations +
@@ -136,6 +202,13 @@ MemoryBreakdown estimate_memory(const TrainingSetup& setup, const Layout& layout
   // and the output layer. Middle stages hold less than the first.
   MemoryBreakdown first = estimate_stage_memory(setup, layout, 0);
   if (layout.pp == 1) return first;
+  if (setup.runtime == Runtime::kLattice) {
+    for (int64_t stage = 1; stage < layout.pp; ++stage) {
+      MemoryBreakdown other = estimate_stage_memory(setup, layout, stage);
+      if (other.total > first.total) first = other;
+    }
+    return first;
+  }
   MemoryBreakdown last = estimate_stage_memory(setup, layout, layout.pp - 1);
   return last.total > first.total ? last : first;
 }

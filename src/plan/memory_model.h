@@ -38,7 +38,9 @@ struct ModelStateBytes {
 };
 ModelStateBytes model_state_bytes(double parameters, int64_t dp, int zero, const StateBytes& bytes);
 
-// Preconditions: the layout passed check_layout (evaluation.h).
+// Preconditions: the layout passed check_layout (evaluation.h). The most loaded stage: of the
+// first and the last (runtime kMegatron), of every stage (kLattice, whose uneven partitions and
+// per-schedule slots can load a middle stage most).
 MemoryBreakdown estimate_memory(const TrainingSetup& setup, const Layout& layout);
 // The same figures for one given pipeline rank.
 MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& layout,
@@ -48,7 +50,14 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
 // layers, the token (and position) embedding on the first stage, the final norm and the output
 // projection on the last (with tied embeddings and p > 1 the last stage keeps its own copy of
 // the word embedding, as Megatron does). Column/row-parallel weights and the vocabulary divide
-// by t; norms and row-parallel biases do not.
+// by t; norms and row-parallel biases do not. Layers: l / p on every stage.
 double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage);
+// The same for a stage holding `layers` transformer layers (the Lattice runtime's partition,
+// lattice_stages.h).
+double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage,
+                             int64_t layers);
+// Layers pipeline rank `stage` holds under `setup`'s runtime: l / p (kMegatron) or the
+// runtime's own partition (kLattice).
+int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage);
 
 }  // namespace lattice::plan

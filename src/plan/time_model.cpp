@@ -4,6 +4,7 @@
 
 #include "plan/activation_memory.h"
 #include "plan/collective_cost.h"
+#include "plan/lattice_stages.h"
 #include "plan/memory_model.h"
 #include "plan/pipeline_theory.h"
 
@@ -81,9 +82,12 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
   cost.tp_communication = 4.0 * tp_one;
 
   const double core_flops = 2.0 * 2.0 * s * s * hd * b * heads;
-  if (layout.recompute == Recompute::kSelective && !setup.flash_attention) {
+  if (layout.recompute == Recompute::kSelective &&
+      (!setup.flash_attention || setup.runtime == Runtime::kLattice)) {
     // The attention core's forward again (flash attention's backward rebuilds the
-    // probabilities anyway, so there it adds nothing).
+    // probabilities anyway, so there it adds nothing — except in Lattice, which drops the
+    // attention output and its log-sum-exp and reruns the attention forward before the
+    // layer's backward).
     cost.recompute = core;
     cost.recompute_flops = core_flops;
   } else if (layout.recompute == Recompute::kFull) {
@@ -139,28 +143,67 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
         collective_seconds(cluster, CollectiveOp::kSendRecv, time.pp_link, 2, send_bytes);
   }
 
-  // Per micro-batch on a middle stage and on the last stage.
+  // Lattice's tensor-parallel collectives outside the layers, per micro-batch: the embedding's
+  // reduction of its vocabulary-slice lookups (f32 N×h: an all-reduce, a reduce-scatter under SP)
+  // and, under SP, the gather of its gradient on the first stage; on the last, the final norm's
+  // gather (SP) and backward reduction and the vocabulary-parallel cross-entropy's all-reduces of
+  // the row max and of (Σexp, target logit) — small, so latency-bound.
+  double first_extra = 0, last_extra = 0;
+  const bool lattice = setup.runtime == Runtime::kLattice;
+  if (lattice && layout.tp > 1) {
+    auto tp_price = [&](CollectiveOp op, double size) {
+      return collective_seconds(cluster, op, time.tp_link, layout.tp, size);
+    };
+    const double rows = 4.0 * b * s * h;  // f32 (N, h)
+    const double reduce = layout.sequence_parallel ? tp_price(CollectiveOp::kReduceScatter, rows)
+                                                   : tp_price(CollectiveOp::kAllReduce, rows);
+    const double gather = layout.sequence_parallel ? tp_price(CollectiveOp::kAllGather, rows) : 0;
+    const double gather_operand =
+        layout.sequence_parallel ? tp_price(CollectiveOp::kAllGather, bytes.activation / 4.0 * rows)
+                                 : 0.0;
+    first_extra = reduce + gather;
+    last_extra = gather_operand + reduce + tp_price(CollectiveOp::kAllReduce, 4.0 * b * s) +
+                 tp_price(CollectiveOp::kAllReduce, 8.0 * b * s);
+  }
+
+  // Per micro-batch on a middle stage, the first and the last stage (p = 1: one stage is both).
+  // Lattice's partition may give a stage more layers than l / p; the slowest stage holds the
+  // most (stage_layers).
+  double most_layers = layers;
+  if (lattice) {
+    for (int64_t stage = 0; stage < p; ++stage)
+      most_layers = std::max(most_layers, double(stage_layers(setup, layout, stage)));
+  }
   const double layers_forward = layers * layer.forward;
   const double layers_backward = layers * layer.backward;
   const double layers_other = layers * (layer.recompute + layer.tp_communication);
   const double middle = layers_forward + layers_backward + layers_other + pp_per_micro_batch;
-  const double last = middle + 3.0 * output_forward;
-  const double slowest = std::max(middle, last);
-  const double mean = p == 1 ? last : (last + double(p - 1) * middle) / double(p);
+  const double head = 3.0 * output_forward + last_extra;
+  const double slowest =
+      p == 1 ? middle + head + first_extra
+             : std::max({most_layers / layers * middle, middle + first_extra, middle + head});
+  const double mean = p == 1 ? slowest : middle + (head + first_extra) / double(p);
 
   const double micro = double(m);
   time.forward = micro * (layers_forward + output_forward);
   time.backward = micro * (layers_backward + 2.0 * output_forward);
   time.recompute = micro * layers * layer.recompute;
-  time.tp_communication = micro * layers * layer.tp_communication;
+  time.tp_communication = micro * (layers * layer.tp_communication + first_extra + last_extra);
   time.pp_communication = micro * pp_per_micro_batch;
   time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
   time.bubble = time.bubble_ratio * micro * mean;
   const double pipeline = micro * slowest + time.bubble;
 
   // Data-parallel reduction of this rank's shard of the most loaded stage.
-  const double params = std::max(stage_parameter_count(model, layout, 0),
-                                 stage_parameter_count(model, layout, p - 1));
+  double params = std::max(stage_parameter_count(model, layout, 0),
+                           stage_parameter_count(model, layout, p - 1));
+  if (lattice) {
+    params = 0;
+    for (int64_t stage = 0; stage < p; ++stage) {
+      params = std::max(
+          params, stage_parameter_count(model, layout, stage, stage_layers(setup, layout, stage)));
+    }
+  }
   const double grad_bytes = params * bytes.gradient, param_bytes = params * bytes.parameter;
   if (layout.dp > 1) {
     auto price = [&](CollectiveOp op, double size) {
@@ -181,10 +224,25 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
         break;
       }
       case 1:  // reduce-scatter at the end, all-gather of the updated parameters after the step
+        if (lattice) {
+          // Lattice all-reduces the gradients as under ZeRO-0; the owners' broadcast of the
+          // updated master shards is priced with the step's synchronisation below.
+          const double all_reduce = price(CollectiveOp::kAllReduce, grad_bytes);
+          time.dp_communication_total = all_reduce;
+          time.dp_communication = exposed(all_reduce, backward_mb);
+          break;
+        }
         time.dp_communication_total = scatter + gather;
         time.dp_communication = exposed(scatter, backward_mb) + exposed(gather, forward_mb);
         break;
       case 2:  // gradients are sharded: a reduce-scatter after every micro-batch
+        if (lattice) {
+          // Reduced to their owners per bucket during each backward; the updated master
+          // shards' broadcast after the step is priced with the synchronisation below.
+          time.dp_communication_total = micro * scatter;
+          time.dp_communication = micro * exposed(scatter, backward_mb);
+          break;
+        }
         time.dp_communication_total = micro * scatter + gather;
         time.dp_communication = micro * exposed(scatter, backward_mb) + exposed(gather, forward_mb);
         break;
@@ -201,7 +259,47 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   time.optimizer = shard * (2.0 * bytes.optimizer + bytes.gradient + bytes.parameter) /
                    cluster.device.hbm_bytes_per_s;
 
-  time.step = pipeline + time.dp_communication + time.optimizer;
+  if (lattice) {
+    // The gradients are zeroed before the step and read for the global norm.
+    time.optimizer += 2.0 * params * bytes.gradient / cluster.device.hbm_bytes_per_s;
+    // ZeRO-1/2: after the update every owner broadcasts its f32 master shard (the volume of an
+    // all-gather of the master), with nothing left to hide behind. (ZeRO-3 keeps the master
+    // sharded: its gathers are per layer, above.)
+    double sync = 0;
+    if (layout.dp > 1 && (layout.zero == 1 || layout.zero == 2)) {
+      const double broadcast = collective_seconds(cluster, CollectiveOp::kAllGather, time.dp_link,
+                                                  layout.dp, params * 4.0);
+      sync += broadcast;
+      time.dp_communication_total += broadcast;
+    }
+    // Scalar all-reduces of every step: the loss over dp, the grad norm's sum of squares over tp,
+    // pp and (ZeRO) dp.
+    auto scalar = [&](Transport link, int64_t ranks) {
+      return collective_seconds(cluster, CollectiveOp::kAllReduce, link, ranks, 8.0);
+    };
+    sync += scalar(time.dp_link, layout.dp) * (layout.zero >= 1 ? 2.0 : 1.0);
+    sync += scalar(time.tp_link, layout.tp) + scalar(time.pp_link, layout.pp);
+    // Under SP the replicated parameters' partial gradients (norms, row-parallel biases, learned
+    // positions on the first stage, the final norm on the last) are summed over tp once.
+    if (layout.tp > 1 && layout.sequence_parallel) {
+      const ParameterCounts counts = count_parameters(model);
+      double replicated = most_layers * double(counts.per_layer_replicated) +
+                          double(counts.final_norm) +
+                          (model.position == PositionKind::kLearned
+                               ? double(model.max_seq_len) * double(model.d_model)
+                               : 0.0);
+      sync += collective_seconds(cluster, CollectiveOp::kAllReduce, time.tp_link, layout.tp,
+                                 4.0 * replicated);
+    }
+    // Tied embeddings over a pipeline: the first and last stage sum the table's gradient.
+    if (p > 1 && model.tied_embeddings) {
+      sync += collective_seconds(cluster, CollectiveOp::kAllReduce, time.pp_link, 2,
+                                 4.0 * double(model.padded_vocab_size) * h / t);
+    }
+    time.synchronisation = sync;
+  }
+
+  time.step = pipeline + time.dp_communication + time.synchronisation + time.optimizer;
 
   const double devices = double(layout.devices());
   time.model_flops = model_flops_per_step(setup);

@@ -25,6 +25,11 @@ struct TimeBreakdown {
   double dp_communication = 0;        // exposed part of gradient reduction and parameter gathers
   double dp_communication_total = 0;  // before overlap
   double optimizer = 0;               // AdamW over this rank's shard (memory-bound)
+  // Runtime kLattice: the step's small synchronising collectives (vocabulary-parallel
+  // cross-entropy statistics, the embedding's all-reduce, the partial-gradient and tied-embedding
+  // reductions, the global grad-norm all-reduce) and ZeRO-1's parameter broadcast, which the
+  // runtime runs after the update without overlap.
+  double synchronisation = 0;
   double step = 0;
 
   double bubble_ratio = 0;  // idle ÷ ideal compute (pipeline_theory.h)

@@ -1,8 +1,9 @@
 // Predicted against measured: the planner's memory and step time of one layout next to what a
 // real run of that layout used (`lattice plan --validate`, docs/planner.md "Validation").
 //
-// plan/ runs nothing (DESIGN.md): the measurement comes in as numbers (rank 0's arena peak per
-// category, the median step time; cli/plan_validate_command.cpp runs the steps) and this file
+// plan/ runs nothing (DESIGN.md): the measurement comes in as numbers (one rank's arena peak per
+// category — the most loaded pipeline stage's —, the median step time;
+// cli/plan_validate_command.cpp runs the steps) and this file
 // only lines them up with the prediction, computes ratios and flags what is out of tolerance.
 #pragma once
 
@@ -41,11 +42,10 @@ struct ValidationTolerance {
   // (Korthikanti et al.'s model, runtime 'megatron', is 40% or more below it here.)
   double activations = 0.01;
   double total = 0.01;
-  // Step time is a factor: a noisy shared 2-core machine, tiny GEMMs far from the calibrated
-  // shapes, element-wise work priced only as memory traffic, collective latencies the
-  // calibration fits as 0 and synchronisations the time model does not price
-  // (docs/planner.md, Validation).
-  double time_factor = 2.0;
+  // Step time is judged as a factor either way; issue 9's target is 15%. What it cannot see: other
+  // processes on a shared machine, tiny GEMMs far from the calibrated shapes, element-wise work
+  // priced only as memory traffic (docs/planner.md, Validation).
+  double time_factor = 1.15;
 };
 
 struct ValidationRow {
@@ -62,6 +62,7 @@ struct ValidationRow {
 struct LayoutValidation {
   std::string name;  // "dp2 zero1", "tp2 sp", ...
   Layout layout;
+  int64_t stage = 0;  // the pipeline stage whose memory the rows compare
   MemoryBreakdown predicted_memory;
   TimeBreakdown predicted_time;
   MeasuredRun measured;
@@ -78,10 +79,19 @@ LayoutValidation compare_layout(std::string name, const Layout& layout,
                                 const MemoryBreakdown& memory, const TimeBreakdown& time,
                                 const MeasuredRun& measured, const ValidationTolerance& tolerance);
 
-// A short name for a layout of the validation list: "dp1 tp1", "dp2", "tp2 sp", "dp2 zero1".
+// Pipeline layouts: one more row, the peak total over all stages (predicted: the most loaded
+// stage's; measured: the highest arena peak of any rank), judged like the total.
+void add_peak_over_stages(LayoutValidation& validation, double predicted, double measured,
+                          double tolerance);
+
+// A short name for a layout of the validation list: "dp1 tp1", "dp2", "tp2 sp", "dp2 zero1",
+// "pp2", "pp2 gpipe", "pp2 v2", "pp2 zb", "dp2 rc-sel", "pp2 rc-full", "dp2 tp2 sp zero1".
 std::string validation_layout_name(const Layout& layout);
-// Parses such a name ("dp2", "tp2", "tp2+sp", "dp2+zero1", "dp1tp1", "dp2tp2", ...): dp, tp,
-// zero and sp set, everything else default. ConfigError naming the accepted form.
+// Parses such a name ("dp2", "tp2+sp", "dp2+zero1", "dp1tp1", "pp2+gpipe", "pp2+v2+mb2", ...):
+// dp<N>, tp<N>, pp<N>, zero<K>, sp, a schedule (1f1b, gpipe, zb or zb-h1, v<N>: interleaved
+// with N chunks per stage), rc-sel / rc-full, mb<N>. micro_batch is 0 unless mb<N> is given (the
+// caller chooses). ConfigError naming the accepted form; whether the layout can run is
+// check_layout's (evaluation.h).
 Layout parse_validation_layout(const std::string& text);
 
 // The table: one line per layout and quantity (predicted, measured, ratio, flag).

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -13,27 +15,52 @@
 
 namespace lattice {
 
+namespace {
+
+double median_of(std::vector<double> values) {
+  LATTICE_CHECK(!values.empty(), "median of no timed steps");
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return double(now.tv_sec) * 1e3 + double(now.tv_nsec) / 1e6;
+}
+
+}  // namespace
+
 double LayoutRunResult::median_step_ms() const {
-  LATTICE_CHECK(!step_ms.empty(), "median of no timed steps");
-  std::vector<double> sorted = step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t mid = sorted.size() / 2;
-  return sorted.size() % 2 == 1 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+  return median_of(step_ms);
+}
+
+double LayoutRunResult::median_step_cpu_ms() const {
+  return median_of(step_cpu_ms);
+}
+
+const RankMemory& LayoutRunResult::stage(int stage) const {
+  for (const RankMemory& rank : ranks)
+    if (rank.at == MeshCoordinates{.pp = stage, .dp = 0, .tp = 0}) return rank;
+  LATTICE_THROW(ValueError, "layout run has no pipeline stage {} ---> HINT: use 0 .. pp − 1",
+                stage);
 }
 
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options) {
-  const int world = options.dp * options.tp;
-  if (options.dp < 1 || options.tp < 1 || options.threads < 1 || options.steps < 0 ||
-      options.warmup_steps < 0) {
+  const MeshShape shape{.pp = options.pp, .dp = options.dp, .tp = options.tp};
+  if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.threads < 1 ||
+      options.steps < 0 || options.warmup_steps < 0) {
     LATTICE_THROW(ConfigError,
-                  "layout dp {} tp {} with {} thread(s), {} + {} steps ---> HINT: sizes and "
-                  "threads must be at least 1, step counts at least 0",
-                  options.dp, options.tp, options.threads, options.warmup_steps, options.steps);
+                  "layout {} with {} thread(s), {} + {} steps ---> HINT: sizes and threads must "
+                  "be at least 1, step counts at least 0",
+                  shape.to_string(), options.threads, options.warmup_steps, options.steps);
   }
   LayoutRunResult result;
+  result.ranks.resize(size_t(shape.world_size()));
   std::mutex mutex;
-  run_ranks(world, [&](Communicator& comm) {
-    DeviceMesh mesh(comm, {.pp = 1, .dp = options.dp, .tp = options.tp});
+  run_ranks(shape.world_size(), [&](Communicator& comm) {
+    DeviceMesh mesh(comm, shape);
     Arena arena(fmt::format("rank{}", comm.rank()));
     Trainer trainer(config, arena,
                     {.dp = &mesh.dp(),
@@ -41,26 +68,45 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
                      .bucket_bytes = options.bucket_bytes,
                      .threads = options.threads,
                      .tp = &mesh.tp(),
-                     .sequence_parallel = options.sequence_parallel});
-    const MemoryStats constructed = arena.stats();
-    std::vector<double> step_ms, losses;
+                     .sequence_parallel = options.sequence_parallel,
+                     .pp = &mesh.pp(),
+                     .embedding = mesh.embedding(),
+                     .schedule = options.schedule,
+                     .virtual_stages = options.virtual_stages,
+                     .recompute = options.recompute});
+    RankMemory memory;
+    memory.at = mesh.coordinates();
+    memory.constructed = arena.stats();
+    std::vector<double> step_ms, step_cpu_ms, losses;
     for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
+      const double cpu_before = thread_cpu_ms();
       const StepMetrics m = trainer.train_step();
+      const double cpu = thread_cpu_ms() - cpu_before;
       losses.push_back(m.loss);
-      if (s >= options.warmup_steps) step_ms.push_back(m.ms);
+      if (s >= options.warmup_steps) {
+        step_ms.push_back(m.ms);
+        step_cpu_ms.push_back(cpu);
+      }
     }
-    if (comm.rank() != 0) return;
-    std::lock_guard lock(mutex);
-    result.constructed = constructed;
-    result.finished = arena.stats();
-    result.step_ms = std::move(step_ms);
-    result.losses = std::move(losses);
+    memory.finished = arena.stats();
     const ParameterRegistry& registry = trainer.model().registry();
-    result.store_elements = registry.total_elements();
+    memory.store_elements = registry.total_elements();
     for (const ParameterSpec& spec : registry.specs())
-      result.unpadded_elements += spec.local_shape.numel();
-    result.optimizer_elements = trainer.optimizer().shard_end() - trainer.optimizer().shard_begin();
-    result.threads = thread_budget();
+      memory.unpadded_elements += spec.local_shape.numel();
+    memory.optimizer_elements = trainer.optimizer().shard_end() - trainer.optimizer().shard_begin();
+    std::lock_guard lock(mutex);
+    if (comm.rank() == 0) {
+      result.constructed = memory.constructed;
+      result.finished = memory.finished;
+      result.store_elements = memory.store_elements;
+      result.unpadded_elements = memory.unpadded_elements;
+      result.optimizer_elements = memory.optimizer_elements;
+      result.step_ms = std::move(step_ms);
+      result.step_cpu_ms = std::move(step_cpu_ms);
+      result.losses = std::move(losses);
+      result.threads = thread_budget();
+    }
+    result.ranks[size_t(comm.rank())] = std::move(memory);
   });
   return result;
 }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/collective_cost.h"
+#include "plan/memory_model.h"
 #include "plan/pipeline_theory.h"
 #include "plan_test_setups.h"
 
@@ -76,6 +78,48 @@ TEST(TimeModel, CalibratedGemmEfficiencyMovesThePrediction) {
   EXPECT_DOUBLE_EQ(gemm_efficiency(s.cluster, Precision::kBf16, 8192, 768, 768), curve / 2);
   const double after = estimate_time(s, layout).forward;
   EXPECT_GT(after, 1.5 * before);
+}
+
+// What the Lattice runtime adds to Megatron's model (docs/planner.md, Time model): selective
+// recompute reruns the attention forward; the embedding's and the vocabulary-parallel
+// cross-entropy's tp collectives; ZeRO-1's broadcast of the updated master shards and the step's
+// scalar all-reduces, all in `synchronisation`.
+TEST(TimeModel, LatticeRuntimePricesWhatItRuns) {
+  TrainingSetup s = setup_for("gpt2-124m", "dgx-h100", 2, 8, 1024);
+  s.runtime = Runtime::kLattice;
+  TrainingSetup megatron = s;
+  megatron.runtime = Runtime::kMegatron;
+
+  Layout selective{.micro_batch = 8, .recompute = Recompute::kSelective};
+  s.devices = megatron.devices = 1;
+  EXPECT_GT(estimate_time(s, selective).recompute, 0.0);
+  EXPECT_DOUBLE_EQ(estimate_time(megatron, selective).recompute, 0.0)
+      << "flash attention: Megatron's selective recompute has nothing left to redo";
+
+  s.devices = megatron.devices = 2;
+  const Layout tp{.tp = 2, .micro_batch = 8};
+  const TimeBreakdown lattice_tp = estimate_time(s, tp), megatron_tp = estimate_time(megatron, tp);
+  EXPECT_GT(lattice_tp.tp_communication, megatron_tp.tp_communication);
+  EXPECT_GT(lattice_tp.synchronisation, 0.0);  // the tp grad-norm all-reduce
+  EXPECT_DOUBLE_EQ(megatron_tp.synchronisation, 0.0);
+  EXPECT_NEAR(lattice_tp.step,
+              lattice_tp.forward + lattice_tp.backward + lattice_tp.recompute +
+                  lattice_tp.tp_communication + lattice_tp.dp_communication +
+                  lattice_tp.synchronisation + lattice_tp.optimizer,
+              1e-9 * lattice_tp.step);
+
+  const Layout zero0{.dp = 2, .micro_batch = 4}, zero1{.dp = 2, .zero = 1, .micro_batch = 4};
+  const TimeBreakdown z0 = estimate_time(s, zero0), z1 = estimate_time(s, zero1);
+  // Lattice's ZeRO-1 reduces gradients as ZeRO-0 does, then broadcasts the f32 master shards.
+  const double master = 4.0 * stage_parameter_count(s.model, zero1, 0);
+  const double broadcast =
+      collective_seconds(s.cluster, CollectiveOp::kAllGather, z1.dp_link, 2, master);
+  EXPECT_DOUBLE_EQ(z1.dp_communication, z0.dp_communication);
+  const double scalar = collective_seconds(s.cluster, CollectiveOp::kAllReduce, z1.dp_link, 2, 8.0);
+  EXPECT_GT(broadcast, 0.0);
+  EXPECT_NEAR(z1.synchronisation - z0.synchronisation, broadcast + scalar, 1e-12)
+      << "the broadcast and the grad norm's dp all-reduce";
+  EXPECT_NEAR(z1.dp_communication_total, z0.dp_communication_total + broadcast, 1e-12);
 }
 
 }  // namespace
