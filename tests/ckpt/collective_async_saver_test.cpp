@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 
+#include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/trainer_checkpointer.h"
@@ -30,24 +31,10 @@ using testing::TrainerLayout;
 constexpr int kSteps = 6;
 
 TrainConfig train_config(const fs::path& data) {
-  TrainConfig c;
-  c.model = model_preset("gpt2-tiny");
-  c.model.n_layer = 4;
-  c.model.seq_len = 12;
-  c.data_dir = data.string();
-  c.data_mode = "shuffled";
-  c.seq_len = 12;
-  c.global_batch = 8;
-  c.micro_batches = 2;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;
-  c.threads = 1;
-  return c;
+  ModelConfig model = model_preset("gpt2-tiny");
+  model.n_layer = 4;
+  model.seq_len = 12;
+  return testing::equivalence_config(model, data, {.steps = kSteps});
 }
 
 fs::path corpus_dir() {

@@ -15,6 +15,7 @@
 
 #include <charconv>
 
+#include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "scratch_dir.h"
@@ -37,22 +38,9 @@ ModelConfig four_layers(const std::string& preset) {
 }
 
 TrainConfig train_config(const std::string& preset, const fs::path& data) {
-  TrainConfig c;
-  c.model = four_layers(preset);
-  c.data_dir = data.string();
-  c.data_mode = "shuffled";
-  c.seq_len = 12;
-  c.global_batch = 16;  // 4 micro-batches × dp {1, 2, 4}
-  c.micro_batches = 4;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = 2 * kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;
-  c.threads = 1;
-  return c;
+  // 16 sequences: 4 micro-batches × dp {1, 2, 4}.
+  return testing::equivalence_config(four_layers(preset), data,
+                                     {.global_batch = 16, .micro_batches = 4, .steps = 2 * kSteps});
 }
 
 struct LayoutRun {

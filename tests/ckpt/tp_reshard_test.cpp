@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "../model/test_models.h"
+#include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "comm/thread_world.h"
@@ -39,22 +40,8 @@ ModelConfig test_model(const std::string& name) {
 }
 
 TrainConfig train_config(const std::string& model, const fs::path& data) {
-  TrainConfig c;
-  c.model = test_model(model);
-  c.data_dir = data.string();
-  c.data_mode = "shuffled";
-  c.seq_len = kSeqLen;
-  c.global_batch = 8;
-  c.micro_batches = 2;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = 2 * kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;
-  c.threads = 1;
-  return c;
+  return testing::equivalence_config(test_model(model), data,
+                                     {.seq_len = kSeqLen, .steps = 2 * kSteps});
 }
 
 struct Layout {

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "comm/thread_world.h"
 #include "parallel/device_mesh.h"
@@ -33,21 +34,8 @@ ModelConfig eight_layers(const std::string& preset) {
 }
 
 TrainConfig pipeline_config(const std::string& preset, const std::filesystem::path& data) {
-  TrainConfig c;
-  c.model = eight_layers(preset);
-  c.data_dir = data.string();
-  c.data_mode = "shuffled";
-  c.seq_len = 12;
-  c.global_batch = 8;
-  c.micro_batches = 4;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;
-  c.threads = 1;
+  TrainConfig c = testing::equivalence_config(eight_layers(preset), data,
+                                              {.micro_batches = 4, .steps = kSteps});
   c.eval_batches = 1;
   return c;
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "../model/test_models.h"
+#include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "comm/thread_world.h"
 #include "core/philox.h"
@@ -196,22 +197,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGradients, ::testing::ValuesIn(k
 // ---- ten training steps ----
 
 TrainConfig train_config(const std::string& model, const std::filesystem::path& data) {
-  TrainConfig c;
-  c.model = with_seq_len(testing::test_model(model));
-  c.data_dir = data.string();
-  c.data_mode = "shuffled";
-  c.seq_len = kSeqLen;
-  c.global_batch = 8;
-  c.micro_batches = 2;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;  // active from the first steps: clipping must use the global norm
-  c.threads = 1;
-  return c;
+  return testing::equivalence_config(with_seq_len(testing::test_model(model)), data,
+                                     {.seq_len = kSeqLen, .steps = kSteps});
 }
 
 struct TrainRun {

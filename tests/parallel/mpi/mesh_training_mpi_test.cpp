@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "../../train/equivalence_config.h"
 #include "../../train/test_corpus.h"
 #include "comm/launch.h"
 #include "parallel/device_mesh.h"
@@ -24,24 +25,10 @@ TrainConfig mpi_config(const std::string& preset) {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
   auto dir = testing::make_corpus_dir(std::string("mpi_mesh_np") + (size ? size : "1") + "_" +
                                       (rank ? rank : "0"));
-  TrainConfig c;
-  c.model = model_preset(preset);
-  c.model.seq_len = 12;
-  c.model.n_layer = 4;  // four pipeline stages of one layer
-  c.data_dir = dir.string();
-  c.data_mode = "shuffled";
-  c.seq_len = 12;
-  c.global_batch = 8;
-  c.micro_batches = 2;
-  c.micro_batch = 0;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup_steps = 1;
-  c.steps = c.decay_steps = kSteps;
-  c.adam.lr = c.lr;
-  c.grad_clip = 0.5f;
-  c.threads = 1;
-  return c;
+  ModelConfig model = model_preset(preset);
+  model.seq_len = 12;
+  model.n_layer = 4;  // four pipeline stages of one layer
+  return testing::equivalence_config(model, dir, {.steps = kSteps});
 }
 
 std::vector<double> train_losses(Trainer& trainer) {
