@@ -1,4 +1,5 @@
 // The `lattice` command. Each subcommand lives in its own file and registers itself here.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -8,6 +9,8 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // Logs and errors on stderr: stdout carries what a command produces (tables, --json).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lattice"));
   CLI::App app{"Lattice: train transformer language models across many ranks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lattice 0.1.0");
