@@ -122,7 +122,9 @@ int64_t load_checkpoint_optimizer(const std::filesystem::path& dir, AdamW& optim
 // present with its exact shape; a missing, unexpected or mis-shaped tensor, or another dtype,
 // is an IoError listing what was expected and what was found. GPT-2 files may omit the
 // "transformer." prefix and carry the attention-mask buffers (".attn.bias", ".attn.masked_bias"),
-// which are not parameters and are skipped.
+// which are not parameters and are skipped. A pipeline stage (a model holding some layers) reads
+// the tensors of its part and leaves the others to their stages; the last stage's tied copy of
+// the token table reads the table.
 void load_hf_weights(const std::filesystem::path& file, Transformer& model);
 // Writes <dir>/model.safetensors (F32, Hugging Face names) and <dir>/config.json.
 void export_hf(const std::filesystem::path& dir, Transformer& model);

@@ -92,8 +92,11 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
 
+  // A pipeline stage holds only some layers: the file's other parameters belong to other stages.
+  const ParameterRegistry whole_model(config, registry.tensor_parallel());
   std::set<std::string> loaded;
   std::vector<std::string> unexpected, skipped;
+  int64_t other_stages = 0;
   for (const SafetensorsTensorInfo& t : reader.tensors()) {
     std::string name = canonical_name(t.name, config);
     if (name.empty()) {
@@ -117,6 +120,10 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
         }
       }
       skipped.push_back(t.name);
+      continue;
+    }
+    if (index < 0 && whole_model.find(name) >= 0) {
+      ++other_stages;
       continue;
     }
     if (index < 0) {
@@ -177,6 +184,9 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
                   "file must hold exactly the model's parameters under Hugging Face names",
                   file.string(), config.name, fmt::join(missing, ", "),
                   fmt::join(unexpected, ", "));
+  }
+  if (other_stages > 0) {
+    spdlog::info("{}: {} tensors belong to other pipeline stages", file.string(), other_stages);
   }
   if (!skipped.empty()) {
     spdlog::info("{}: skipped {} non-parameter tensors (attention masks, tied head)", file.string(),

@@ -345,14 +345,6 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
                   world, layout.dp, layout.tp, layout.pp, config.threads,
                   world * std::max(1, config.threads), cores);
   }
-  if (layout.pp > 1 && !args.init_from.empty()) {
-    LATTICE_THROW(ConfigError,
-                  "--init-from reads Hugging Face weights for the whole model, and pp {} (--pp, "
-                  "parallel.pp) gives each stage only its layers ---> HINT: train one step with "
-                  "--pp 1 --init-from ... and output.dir set, then resume that checkpoint under "
-                  "--pp {} (checkpoints load into any layout)",
-                  layout.pp, layout.pp);
-  }
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
   launch_ranks(transport, world, [&](Communicator& comm) {
     DeviceMesh mesh(comm, shape);

@@ -11,6 +11,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/philox.h"
+#include "train/pipeline_stage.h"
 
 namespace lattice {
 namespace {
@@ -98,6 +99,37 @@ TEST(HfImport, AcceptsGpt2HubNamingMaskBuffersAndHalfPrecision) {
   EXPECT_EQ(std::memcmp(loaded.parameters().master().raw_data(), s.master().raw_data(),
                         s.master().nbytes()),
             0);
+}
+
+// Each pipeline stage reads the tensors of its part (the last stage's tied copy reads the token
+// table): the stages together hold exactly the values of the whole model.
+TEST(HfImport, PipelineStagesReadTheirParts) {
+  fs::path dir = scratch("hf_stages");
+  Arena arena("test");
+  ModelConfig config = model_preset("gpt2-tiny");
+  config.n_layer = 4;
+  Transformer original(config, arena, DType::kF32);
+  original.initialize(3);
+  export_hf(dir, original);
+  const StagePartition partition = partition_model(config, 2, 1);
+  int64_t tensors = 0;
+  for (int stage = 0; stage < 2; ++stage) {
+    Transformer part(config, arena, DType::kF32, TensorParallel(), stage_part(partition, 2, stage));
+    part.initialize(4);  // different values, overwritten by the load
+    load_hf_weights(dir / "model.safetensors", part);
+    for (int i = 0; i < int(part.registry().specs().size()); ++i) {
+      const ParameterSpec& spec = part.registry().at(i);
+      const int whole = original.registry().find(spec.name);
+      ASSERT_GE(whole, 0) << spec.name;
+      EXPECT_EQ(std::memcmp(part.parameters().master(i).raw_data(),
+                            original.parameters().master(whole).raw_data(),
+                            size_t(spec.local_shape.numel()) * sizeof(float)),
+                0)
+          << "stage " << stage << " " << spec.name;
+      tensors += spec.tied_copy ? 0 : 1;
+    }
+  }
+  EXPECT_EQ(tensors, int64_t(original.registry().specs().size()));
 }
 
 TEST(HfImport, MismatchedWeightsAreAClearErrorListingExpectedAndFound) {
