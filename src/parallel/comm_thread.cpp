@@ -29,6 +29,11 @@ void CommThread::wait() {
   }
 }
 
+bool CommThread::failed() {
+  std::lock_guard lock(mutex_);
+  return error_ != nullptr;
+}
+
 void CommThread::loop(std::stop_token stop) {
   // Reduction loops of the collectives stay on this thread: the rank's cores belong to compute.
   set_thread_budget(1);

@@ -26,6 +26,9 @@ class CommThread {
   // Blocks until every submitted task has run; rethrows the first task's exception (the tasks
   // queued after a failed one are dropped, since their peers will not match them).
   void wait();
+  // True once a task has failed (until wait() rethrows it): whoever waits for one task's effect
+  // must stop waiting, since the tasks after it were dropped.
+  bool failed();
 
  private:
   void loop(std::stop_token stop);

@@ -99,7 +99,13 @@ void GatheredParameters::gather(int64_t unit) {
     TraceScope scope("wait for gathered parameters", TraceCategory::kIdle, {{"unit", unit}});
     held.arrived.wait();
   }
-  held.arrived.get();  // rethrows the gather's failure
+  try {
+    held.arrived.get();  // rethrows the gather's failure
+  } catch (const std::future_error&) {
+    // Dropped unrun after an earlier task failed: that failure is the one to report.
+    thread_.wait();
+    throw;
+  }
   if (held.bound) return;
   const Unit& u = unit_of(unit);
   const auto& specs = store_.registry().specs();

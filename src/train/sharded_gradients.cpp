@@ -1,6 +1,8 @@
 #include "train/sharded_gradients.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "core/timer.h"
 #include "parallel/zero_shards.h"
@@ -101,7 +103,6 @@ void ShardedGradients::launch(int bucket) {
                      });
     communication_seconds_ += watch.seconds();
     reduced_[size_t(bucket)] = true;
-    reduced_[size_t(bucket)].notify_all();
   });
 }
 
@@ -117,7 +118,12 @@ void ShardedGradients::wait_for_in_flight() {
     if (in_flight < max_in_flight_) return;
     TraceScope scope("wait for gradient buckets in flight", TraceCategory::kIdle,
                      {{"bucket", oldest}});
-    reduced_[size_t(oldest)].wait(false);
+    // Polled, not waited on: after a failed collective (a lost peer's timeout) the comm thread
+    // drops the later tasks, and wait() then rethrows the failure here in bounded time.
+    while (!reduced_[size_t(oldest)]) {
+      if (thread_.failed()) thread_.wait();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     free_reduced();
   }
 }

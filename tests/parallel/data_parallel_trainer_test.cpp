@@ -356,6 +356,42 @@ TEST(DataParallel, Bf16FollowsTheSingleRankBf16Run) {
   }
 }
 
+// A peer that stops taking part in the middle of ZeRO-2/3's overlapped reductions and gathers:
+// the other rank's step fails in bounded time with the collective's timeout, naming the group,
+// instead of waiting forever for a bucket or a layer that will never arrive.
+TEST(DataParallel, ALostPeerUnderZeroTwoAndThreeIsATimeoutNotAHang) {
+  auto dir = testing::make_corpus_dir("dp_lost_peer");
+  TrainConfig config = small_config("gpt2-tiny", dir);
+  config.micro_batches = 1;
+  for (int zero : {2, 3}) {
+    ThreadWorldOptions world;
+    world.config.timeout = std::chrono::milliseconds(1500);
+    std::string error;
+    std::mutex mutex;
+    const auto start = std::chrono::steady_clock::now();
+    run_ranks(
+        2,
+        [&](Communicator& comm) {
+          Arena arena(fmt::format("rank{}", comm.rank()));
+          Trainer trainer(config, arena,
+                          {.dp = &comm, .zero = zero, .bucket_bytes = 16 << 10, .threads = 1});
+          trainer.train_step();
+          if (comm.rank() == 1) return;  // leaves after one step
+          try {
+            for (int s = 0; s < 3; ++s) trainer.train_step();
+          } catch (const Error& e) {
+            std::lock_guard lock(mutex);
+            error = e.what();
+          }
+        },
+        world);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(error.find("timed out"), std::string::npos) << "zero " << zero << ": " << error;
+    EXPECT_LT(seconds, 60.0) << "zero " << zero;
+  }
+}
+
 TEST(DataParallel, UnknownZeroStageIsAClearError) {
   auto dir = testing::make_corpus_dir("dp_zero4");
   const TrainConfig config = small_config("gpt2-tiny", dir);
