@@ -13,7 +13,6 @@
 // and no file of a last-stage rank holds the tied table.
 #include <gtest/gtest.h>
 
-#include <charconv>
 
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
@@ -105,13 +104,6 @@ const LayoutRun& saved_run(const std::string& preset, const TrainerLayout& layou
   return it->second;
 }
 
-int world_rank_of(const std::string& file) {
-  int rank = -1;
-  const std::string digits = file.substr(std::string("rank_").size(), 5);
-  std::from_chars(digits.data(), digits.data() + digits.size(), rank);
-  return rank;
-}
-
 // (c): the layout is recorded, every tensor of the model is there, and the tied token table
 // comes from first-stage ranks only.
 void expect_manifest_of(const Manifest& manifest, const ModelConfig& model,
@@ -126,7 +118,7 @@ void expect_manifest_of(const Manifest& manifest, const ModelConfig& model,
       ASSERT_NE(t, nullptr) << name;
       if (!model.tied_embeddings || spec.name != "transformer.wte.weight") continue;
       for (const ShardRecord& s : t->shards) {
-        EXPECT_EQ(mesh_coordinates(layout.shape(), world_rank_of(s.file)).pp, 0)
+        EXPECT_EQ(mesh_coordinates(layout.shape(), testing::world_rank_of(s.file)).pp, 0)
             << name << " (the tied table) written by " << s.file << ", not on the first stage";
       }
     }

@@ -10,10 +10,7 @@
 // one box per ShardSpec piece of each tp rank, and no padding.
 #include <gtest/gtest.h>
 
-#include <charconv>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <mutex>
 
@@ -24,6 +21,7 @@
 #include "comm/thread_world.h"
 #include "parallel/device_mesh.h"
 #include "scratch_dir.h"
+#include "trainer_layouts.h"
 
 namespace lattice {
 namespace {
@@ -56,44 +54,7 @@ struct Layout {
   }
 };
 
-// Every global tensor of the checkpoint ("<param>", "<param>.exp_avg", "<param>.exp_avg_sq"),
-// assembled from what the ranks hold.
-using GlobalState = std::map<std::string, std::vector<float>>;
-
-// Adds this rank's part of the state: its local shards (mapped with for_each_shard_run, the
-// parallel layer's own definition) and the moments of its optimizer range.
-void contribute(Trainer& trainer, GlobalState& state) {
-  const ParameterRegistry& registry = trainer.model().registry();
-  AdamW& optimizer = trainer.optimizer();
-  const int64_t begin = optimizer.shard_begin(), end = optimizer.shard_end();
-  for (int i = 0; i < int(registry.specs().size()); ++i) {
-    const ParameterSpec& spec = registry.at(i);
-    std::vector<int64_t> to_global(size_t(spec.local_shape.numel()), -1);
-    for_each_shard_run(spec.shape, spec.shard, [&](int64_t g, int64_t l, int64_t n) {
-      for (int64_t k = 0; k < n; ++k) to_global[size_t(l + k)] = g + k;
-    });
-    auto global = [&](const std::string& name) -> std::vector<float>& {
-      std::vector<float>& t = state[name];
-      if (t.empty()) t.assign(size_t(spec.shape.numel()), std::numeric_limits<float>::quiet_NaN());
-      return t;
-    };
-    std::vector<float>& master = global(spec.name);
-    const float* local = trainer.model().parameters().master(i).data<float>();
-    for (size_t l = 0; l < to_global.size(); ++l) {
-      if (to_global[l] >= 0) master[size_t(to_global[l])] = local[l];
-    }
-    std::vector<float>& m = global(spec.name + ".exp_avg");
-    std::vector<float>& v = global(spec.name + ".exp_avg_sq");
-    const int64_t lo = std::max(begin, spec.offset);
-    const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
-    for (int64_t at = lo; at < hi; ++at) {
-      const int64_t g = to_global[size_t(at - spec.offset)];
-      if (g < 0) continue;  // padding
-      m[size_t(g)] = optimizer.m().data<float>()[at - begin];
-      v[size_t(g)] = optimizer.v().data<float>()[at - begin];
-    }
-  }
-}
+using testing::GlobalState;
 
 struct LayoutRun {
   std::vector<double> losses;  // of the steps this run trained after the checkpoint
@@ -129,7 +90,7 @@ LayoutRun run_layout(const TrainConfig& config, const Layout& layout, const fs::
     }
     {
       std::lock_guard lock(mutex);
-      contribute(trainer, run.state);
+      testing::contribute(trainer, run.state);
     }
     std::vector<double> losses;
     for (int s = 0; s < kSteps; ++s) losses.push_back(trainer.train_step().loss);
@@ -187,13 +148,6 @@ const LayoutRun& saved_run(const std::string& model, const Layout& layout) {
   return it->second;
 }
 
-int world_rank_of(const std::string& file) {
-  int rank = -1;
-  const std::string digits = file.substr(std::string("rank_").size(), 5);
-  std::from_chars(digits.data(), digits.data() + digits.size(), rank);
-  return rank;
-}
-
 // (c): who wrote what, from the manifest alone.
 void expect_each_element_written_by_its_owner(const Manifest& manifest, const ModelConfig& model,
                                               const Layout& layout) {
@@ -207,7 +161,7 @@ void expect_each_element_written_by_its_owner(const Manifest& manifest, const Mo
       ASSERT_NE(t, nullptr) << name;
       EXPECT_EQ(t->shape, spec.shape) << name;
       for (const ShardRecord& s : t->shards) {
-        const int rank = world_rank_of(s.file);
+        const int rank = testing::world_rank_of(s.file);
         if (spec.shard.replicated()) {
           EXPECT_EQ(rank % layout.tp, 0)
               << name << " is replicated over tp but " << s.file << " holds " << s.box.to_string();
@@ -231,19 +185,6 @@ void expect_each_element_written_by_its_owner(const Manifest& manifest, const Mo
   }
 }
 
-void expect_same_state(const GlobalState& loaded, const GlobalState& saved) {
-  ASSERT_EQ(loaded.size(), saved.size());
-  for (const auto& [name, values] : saved) {
-    const std::vector<float>& got = loaded.at(name);
-    ASSERT_EQ(got.size(), values.size()) << name;
-    for (size_t k = 0; k < values.size(); ++k) {
-      ASSERT_FALSE(std::isnan(values[k])) << name << " element " << k << " held by no rank";
-    }
-    EXPECT_EQ(std::memcmp(got.data(), values.data(), values.size() * sizeof(float)), 0)
-        << name << " differs after the load";
-  }
-}
-
 class TensorParallelReshard : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallelReshard, LoadsBitwiseAndContinuesWithTheSameLosses) {
@@ -256,7 +197,7 @@ TEST_P(TensorParallelReshard, LoadsBitwiseAndContinuesWithTheSameLosses) {
 
   const LayoutRun resumed =
       run_layout(train_config(c.model, corpus_dir(c.model)), c.to, saved.checkpoint, {});
-  expect_same_state(resumed.state, saved.state);  // (a)
+  testing::expect_same_state(resumed.state, saved.state, "after the load");  // (a)
 
   ASSERT_EQ(resumed.losses.size(), saved.losses.size());  // (b)
   for (size_t s = 0; s < saved.losses.size(); ++s) {
@@ -328,7 +269,7 @@ TEST(TensorParallelCheckpoint, AFinalDirectoryOfADpTpZeroRunHoldsTheGatheredWeig
     trainer.train_step();
     save_trainer_checkpoint_dir(dir, trainer, &world);
     std::lock_guard lock(mutex);
-    contribute(trainer, state);
+    testing::contribute(trainer, state);
   });
   EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
   Arena arena("load");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -99,6 +100,14 @@ inline void contribute(Trainer& trainer, GlobalState& state, GlobalState* tied_c
       v[size_t(g)] = optimizer.v().data<float>()[at - begin];
     }
   }
+}
+
+// The world rank of a shard file named "rank_NNNNN...".
+inline int world_rank_of(const std::string& file) {
+  int rank = -1;
+  const std::string digits = file.substr(std::string("rank_").size(), 5);
+  std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+  return rank;
 }
 
 // Every element of `want` held by some rank, and `got` equal to it bit for bit.
