@@ -89,33 +89,52 @@ size_t live(const MemoryStats& stats, MemoryCategory category) {
   return stats.live_by_category[size_t(category)];
 }
 
+// A dp × tp layout of case `c`: the planner's memory prediction, and the layout run for `steps`
+// steps (no warm-up) with the same model, global batch and precision.
+struct PlannedRun {
+  Layout layout;
+  bool bf16 = false;
+  TrainingSetup setup;
+  MemoryBreakdown predicted;
+  LayoutRunResult run;
+};
+
+PlannedRun plan_and_run(const Case& c, const std::string& corpus_prefix, int steps) {
+  PlannedRun out;
+  out.layout = parse_validation_layout(c.layout);
+  out.layout.micro_batch = kGlobalBatch / out.layout.dp;
+  out.bf16 = std::string_view(c.precision) == "bf16";
+  out.setup = lattice_setup(c.model, out.layout, out.bf16 ? Precision::kBf16 : Precision::kFp32);
+  EXPECT_FALSE(check_layout(out.setup, out.layout).has_value()) << c.layout;
+  out.predicted = estimate_memory(out.setup, out.layout);
+
+  TrainConfig config;
+  config.model = trainer_model(c.model);
+  config.data_dir = testing::make_corpus_dir(corpus_prefix + case_name({c, 0})).string();
+  config.global_batch = kGlobalBatch;
+  config.micro_batches = 1;
+  config.seq_len = config.model.seq_len;
+  config.compute_dtype = out.bf16 ? DType::kBF16 : DType::kF32;
+  out.run = run_layout(config, {.dp = int(out.layout.dp),
+                                .tp = int(out.layout.tp),
+                                .sequence_parallel = out.layout.sequence_parallel,
+                                .zero = out.layout.zero,
+                                .threads = 1,
+                                .warmup_steps = 0,
+                                .steps = steps});
+  return out;
+}
+
 class ModelStatesMatchTheArena : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelStatesMatchTheArena, PredictedBytesEqualLiveBytesOfAConstructedTrainer) {
   const Case c = GetParam();
-  Layout layout = parse_validation_layout(c.layout);
-  layout.micro_batch = kGlobalBatch / layout.dp;
-  const bool bf16 = std::string_view(c.precision) == "bf16";
-  const TrainingSetup setup =
-      lattice_setup(c.model, layout, bf16 ? Precision::kBf16 : Precision::kFp32);
-  ASSERT_FALSE(check_layout(setup, layout).has_value());
-  const MemoryBreakdown predicted = estimate_memory(setup, layout);
-
-  TrainConfig config;
-  config.model = trainer_model(c.model);
-  config.data_dir =
-      testing::make_corpus_dir(std::string("plan_validation_") + case_name({c, 0})).string();
-  config.global_batch = kGlobalBatch;
-  config.micro_batches = 1;
-  config.seq_len = config.model.seq_len;
-  config.compute_dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const LayoutRunResult run = run_layout(config, {.dp = int(layout.dp),
-                                                  .tp = int(layout.tp),
-                                                  .sequence_parallel = layout.sequence_parallel,
-                                                  .zero = layout.zero,
-                                                  .threads = 1,
-                                                  .warmup_steps = 0,
-                                                  .steps = 1});
+  const PlannedRun planned = plan_and_run(c, "plan_validation_", 1);
+  const Layout& layout = planned.layout;
+  const bool bf16 = planned.bf16;
+  const TrainingSetup& setup = planned.setup;
+  const MemoryBreakdown& predicted = planned.predicted;
+  const LayoutRunResult& run = planned.run;
 
   // The planner counts exactly the local shards' elements; the store pads every tensor.
   EXPECT_DOUBLE_EQ(predicted.parameter_count, double(run.unpadded_elements));
@@ -339,29 +358,10 @@ class ZeroStagesMatchTheArena : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ZeroStagesMatchTheArena, ShardsBetweenStepsAndPeaksWithTheTransientBuffers) {
   const Case c = GetParam();
-  Layout layout = parse_validation_layout(c.layout);
-  layout.micro_batch = kGlobalBatch / layout.dp;
-  const bool bf16 = std::string_view(c.precision) == "bf16";
-  const TrainingSetup setup =
-      lattice_setup(c.model, layout, bf16 ? Precision::kBf16 : Precision::kFp32);
-  ASSERT_FALSE(check_layout(setup, layout).has_value());
-  const MemoryBreakdown predicted = estimate_memory(setup, layout);
-
-  TrainConfig config;
-  config.model = trainer_model(c.model);
-  config.data_dir =
-      testing::make_corpus_dir(std::string("plan_zero_") + case_name({c, 0})).string();
-  config.global_batch = kGlobalBatch;
-  config.micro_batches = 1;
-  config.seq_len = config.model.seq_len;
-  config.compute_dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const LayoutRunResult run = run_layout(config, {.dp = int(layout.dp),
-                                                  .tp = int(layout.tp),
-                                                  .sequence_parallel = layout.sequence_parallel,
-                                                  .zero = layout.zero,
-                                                  .threads = 1,
-                                                  .warmup_steps = 0,
-                                                  .steps = 2});
+  const PlannedRun planned = plan_and_run(c, "plan_zero_", 2);
+  const Layout& layout = planned.layout;
+  const MemoryBreakdown& predicted = planned.predicted;
+  const LayoutRunResult& run = planned.run;
   const double n = predicted.parameter_count, dp = double(layout.dp);
   EXPECT_DOUBLE_EQ(n, double(run.unpadded_elements));
   // Rank 0's shard of the padded store, ceil16(ceil(P / dp)) elements.
