@@ -8,6 +8,8 @@ add_library(DNNL::dnnl UNKNOWN IMPORTED)
 set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
                                             INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR})
 find_package(MPI REQUIRED COMPONENTS C)
+# The gloo transport; libgloo-dev's config module defines the imported target `gloo`.
+find_package(Gloo REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)

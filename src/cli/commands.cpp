@@ -15,6 +15,8 @@ void register_commands(CLI::App& app) {
   register_bench_pipeline_command(app);
   register_ckpt_command(app);
   register_explain_command(app);
+  register_launch_command(app);
+  register_bench_elastic_command(app);
 }
 
 }  // namespace lattice::cli

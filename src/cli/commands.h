@@ -19,5 +19,7 @@ void register_bench_dp_command(CLI::App& app);
 void register_bench_pipeline_command(CLI::App& app);  // bench pipeline
 void register_ckpt_command(CLI::App& app);            // ckpt inspect
 void register_explain_command(CLI::App& app);
+void register_launch_command(CLI::App& app);         // the elastic agent
+void register_bench_elastic_command(CLI::App& app);  // bench elastic
 
 }  // namespace lattice::cli

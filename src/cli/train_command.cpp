@@ -8,6 +8,7 @@
 // The layout comes from the config's [parallel] section; a layout flag given on the command line
 // overrides its key.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,9 +20,12 @@
 #include "cli/commands.h"
 #include "comm/launch.h"
 #include "core/cpu_peak.h"
+#include "core/rank_progress.h"
+#include "core/stop_request.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
+#include "elastic/rank_session.h"
 #include "model/generate.h"
 #include "parallel/device_mesh.h"
 #include "parallel/pipeline_schedule.h"
@@ -99,6 +103,47 @@ std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const 
   return checkpoints;
 }
 
+// The in-memory snapshots of a rank under `lattice launch`: every elastic.snapshot_every steps
+// (0: none)
+// into the agent's shared memory, the newest two kept (docs/elastic.md). Asynchronous: the copy
+// is taken at the step boundary and written while the next step trains.
+std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const RankSession* session,
+                                                    DeviceMesh& mesh) {
+  if (session == nullptr || !session->snapshots() || trainer.config().elastic.snapshot_every == 0) {
+    return std::nullopt;
+  }
+  TrainerCheckpointOptions options{.async = true};
+  options.commit.keep_last = 2;
+  std::optional<TrainerCheckpointer> snapshots;
+  snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
+  return snapshots;
+}
+
+// Loads the newest in-memory snapshot of the job, if there is one (a generation after a
+// failure); every rank reads its part. Returns whether it did.
+bool restore_snapshot(Trainer& trainer, const RankSession* session, bool lead) {
+  if (session == nullptr || !session->snapshots()) return false;
+  const std::optional<ResumeChoice> choice = resume_auto(*session->snapshots());
+  if (!choice) return false;
+  report_step(choice->step);
+  const PhaseScope recovery(Phase::kRecovery);
+  load_trainer_checkpoint(choice->dir, trainer);
+  if (lead) {
+    fmt::print("restored from the in-memory snapshot of step {} (generation {})\n", choice->step,
+               session->agent()->generation);
+  }
+  return true;
+}
+
+// Whether any rank was asked to stop (SIGTERM, SIGINT): collective, so every rank stops after
+// the same step.
+bool stop_agreed(Communicator& world) {
+  float flag = stop_requested() != 0 ? 1.0f : 0.0f;
+  // A fixed algorithm: the tuner has nothing to learn from one float, and must not re-measure.
+  world.all_reduce(&flag, 1, DType::kF32, ReduceOp::kMax, {.algorithm = Algorithm::kTree});
+  return flag != 0.0f;
+}
+
 // Prints each newly committed checkpoint once (world rank 0).
 void report_committed(const TrainerCheckpointer& checkpoints, bool lead,
                       std::optional<std::filesystem::path>& reported) {
@@ -110,6 +155,33 @@ void report_committed(const TrainerCheckpointer& checkpoints, bool lead,
 
 void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_step,
                    double train_seconds, std::optional<double> last_val);
+
+// A stop was requested (preemption): the step just trained is written as a durable checkpoint
+// under output.dir/checkpoints, which `--resume auto` continues from.
+void save_stop_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMesh& mesh) {
+  const bool lead = mesh.world().rank() == 0;
+  if (config.out_dir.empty()) {
+    if (lead) {
+      spdlog::warn(
+          "stop requested (signal {}) after step {}, but output.dir is empty: nothing "
+          "was saved ---> HINT: set output.dir to keep a preempted run's progress",
+          stop_requested(), trainer.step());
+    }
+    return;
+  }
+  const PhaseScope checkpoint(Phase::kCheckpoint);
+  const std::filesystem::path dir =
+      save_trainer_checkpoint(std::filesystem::path(config.out_dir) / "checkpoints", trainer,
+                              &mesh.world(), {.keep_last = int(config.keep_last)});
+  if (lead) {
+    fmt::print(
+        "stopped by signal {} after step {}: checkpoint {} committed (continue with "
+        "--resume auto)\n",
+        stop_requested(), trainer.step(), dir.string());
+    std::fflush(stdout);
+  }
+}
+
 void print_dp_overlap(const EventRecorder& recorder);
 
 // Every rank's arena peak per category, printed by world rank 0 (collective): what each stage
@@ -143,7 +215,7 @@ void print_memory_peaks(DeviceMesh& mesh, const Arena& arena) {
 
 // One rank's training loop on its mesh.
 void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& mesh,
-                TraceClock::time_point trace_origin) {
+                TraceClock::time_point trace_origin, RankSession* session) {
   Stopwatch wall;
   const bool lead = mesh.world().rank() == 0;
   const ParallelConfig& layout = loaded.parallel;
@@ -170,11 +242,14 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
     if (lead) fmt::print("initialised from {}\n", args.init_from);
   }
 
-  if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
-    TrainingState state = load_trainer_checkpoint(*dir, trainer);  // each rank reads its shard
-    if (lead) fmt::print("resumed from {} at step {}\n", dir->string(), state.step);
-  } else if (lead && !args.resume.empty()) {
-    fmt::print("no checkpoint to resume from: starting at step 0\n");
+  // Under an agent that restarted the job, the newest in-memory snapshot comes before --resume.
+  if (!restore_snapshot(trainer, session, lead)) {
+    if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
+      TrainingState state = load_trainer_checkpoint(*dir, trainer);  // each rank reads its shard
+      if (lead) fmt::print("resumed from {} at step {}\n", dir->string(), state.step);
+    } else if (lead && !args.resume.empty()) {
+      fmt::print("no checkpoint to resume from: starting at step 0\n");
+    }
   }
 
   const int threads = thread_budget();
@@ -205,13 +280,20 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics);
   std::optional<double> last_val;
   std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
+  std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);
   std::optional<std::filesystem::path> reported;
   double stall_seconds = 0.0;
   int64_t saves = 0;
+  bool stopped = false;
   const int64_t first_step = trainer.step();
   for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
+    if (snapshots) {
+      const PhaseScope snapshot(Phase::kSnapshot);
+      snapshots->after_step();
+      if (m.step % config.elastic.snapshot_every == 0) snapshots->save();
+    }
     const bool last = m.step == config.steps;
     const bool eval_due =
         trainer.has_validation() &&
@@ -224,13 +306,18 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
       ++saves;
     }
     if (checkpoints) report_committed(*checkpoints, lead, reported);
-    if (!lead) continue;
-    if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1) {
-      fmt::print("{}\n", format_progress(m, config.steps, peak));
-      std::fflush(stdout);
+    stopped = !last && stop_agreed(mesh.world());
+    if (lead) {
+      if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped) {
+        fmt::print("{}\n", format_progress(m, config.steps, peak));
+        std::fflush(stdout);
+      }
+      if (metrics) metrics->write(m, peak);
     }
-    if (metrics) metrics->write(m, peak);
+    if (stopped) break;
   }
+  report_phase(Phase::kFinishing);
+  if (snapshots) snapshots->finish();
   if (checkpoints) {
     checkpoints->finish();  // the last asynchronous save committed, or its error on every rank
     report_committed(*checkpoints, lead, reported);
@@ -239,6 +326,10 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
                  checkpoints->async() ? " (asynchronous)" : "",
                  1e3 * stall_seconds / double(saves));
     }
+  }
+  if (stopped) {
+    save_stop_checkpoint(trainer, config, mesh);
+    return;
   }
   const double train_seconds = wall.seconds();
   print_memory_peaks(mesh, arena);
@@ -345,11 +436,26 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
                   world, layout.dp, layout.tp, layout.pp, config.threads,
                   world * std::max(1, config.threads), cores);
   }
+  config.check_timeout_ladder();
+  CommConfig comm_config;
+  comm_config.timeout = std::chrono::milliseconds(int64_t(config.collective_timeout_s() * 1e3));
+  install_stop_request_handlers();  // SIGTERM: finish the step, checkpoint, exit 0
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
-  launch_ranks(transport, world, [&](Communicator& comm) {
-    DeviceMesh mesh(comm, shape);
-    train_rank(args, config, mesh, trace_origin);
-  });
+  launch_ranks(
+      transport, world,
+      [&](Communicator& comm) {
+        // One rank per process (mpi, gloo): its agent's link and the injected faults.
+        std::optional<RankSession> session;
+        if (transport != TransportKind::kThreads) session.emplace(comm.rank(), config.elastic);
+        try {
+          DeviceMesh mesh(comm, shape);
+          train_rank(args, config, mesh, trace_origin, session ? &*session : nullptr);
+        } catch (const std::exception& e) {
+          if (session) session->record_error(e.what());
+          throw;
+        }
+      },
+      comm_config);
 }
 
 }  // namespace

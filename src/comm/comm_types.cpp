@@ -47,7 +47,15 @@ std::string_view algorithm_name(Algorithm a) {
 }
 
 std::string_view transport_name(TransportKind kind) {
-  return kind == TransportKind::kThreads ? "threads" : "mpi";
+  switch (kind) {
+    case TransportKind::kThreads:
+      return "threads";
+    case TransportKind::kMpi:
+      return "mpi";
+    case TransportKind::kGloo:
+      return "gloo";
+  }
+  return "?";
 }
 
 Algorithm parse_algorithm(std::string_view name) {
@@ -59,9 +67,10 @@ Algorithm parse_algorithm(std::string_view name) {
 }
 
 TransportKind parse_transport(std::string_view name) {
-  if (name == "threads") return TransportKind::kThreads;
-  if (name == "mpi") return TransportKind::kMpi;
-  LATTICE_THROW(ValueError, "unknown transport '{}' ---> HINT: use threads or mpi", name);
+  for (int i = 0; i < kTransportCount; ++i) {
+    if (transport_name(TransportKind(i)) == name) return TransportKind(i);
+  }
+  LATTICE_THROW(ValueError, "unknown transport '{}' ---> HINT: use threads, mpi or gloo", name);
 }
 
 }  // namespace lattice

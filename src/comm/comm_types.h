@@ -29,12 +29,15 @@ inline constexpr int kCollectiveCount = 8;
 enum class Algorithm : uint8_t { kAuto, kRing, kHalvingDoubling, kTree, kNative };
 inline constexpr int kAlgorithmCount = 5;
 
-enum class TransportKind : uint8_t { kThreads, kMpi };
+// kThreads: in-process ranks; kMpi: one rank per process under mpirun / srun; kGloo: one rank per
+// process under `lattice launch`, on Gloo's TCP point-to-point (gloo_transport.h).
+enum class TransportKind : uint8_t { kThreads, kMpi, kGloo };
+inline constexpr int kTransportCount = 3;
 
 std::string_view reduce_op_name(ReduceOp op);         // "sum", "max"
 std::string_view collective_name(Collective c);       // "all_reduce", ...
 std::string_view algorithm_name(Algorithm a);         // "auto", "ring", "hd", "tree", "native"
-std::string_view transport_name(TransportKind kind);  // "threads", "mpi"
+std::string_view transport_name(TransportKind kind);  // "threads", "mpi", "gloo"
 Algorithm parse_algorithm(std::string_view name);     // throws ValueError naming the choices
 TransportKind parse_transport(std::string_view name);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/rank_progress.h"
 #include "core/timer.h"
 
 namespace lattice {
@@ -198,6 +199,7 @@ void Communicator::execute(const CallSpec& call) {
     return;
   }
   const uint64_t seq = ++seq_;
+  const CollectiveReport report(name_, seq);  // an agent's view of where this rank waits
   transport_->mark_arrival(context_, seq);
   const bool tuned = call.options.algorithm == Algorithm::kAuto;
   Algorithm algorithm = tuned ? tuner_.choose(call.collective, bytes) : call.options.algorithm;

@@ -1,5 +1,5 @@
 // Communicator: one rank's handle on a group of ranks, with the same interface on every
-// transport (threads, mpi). Parallel layers get one per mesh group and pass it explicitly.
+// transport (threads, mpi, gloo). Parallel layers get one per mesh group and pass it explicitly.
 //
 // Every call goes through validate_call() (call_spec.h), gets the group's next sequence number,
 // a deadline (CollectiveOptions::timeout, else CommConfig::timeout) and an algorithm (forced by

@@ -1,8 +1,11 @@
 #include "comm/launch.h"
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <utility>
 
+#include "comm/gloo_transport.h"
 #include "comm/mpi_transport.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
@@ -38,6 +41,27 @@ LaunchEnvironment require_mpi_launch(const std::optional<LaunchEnvironment>& lau
   return *launch;
 }
 
+GlooLaunchEnvironment require_gloo_launch(const std::optional<GlooLaunchEnvironment>& launch,
+                                          int world_size) {
+  if (!launch) {
+    LATTICE_THROW(ConfigError,
+                  "--transport gloo needs {} processes started by `lattice launch`, but this "
+                  "process was started by hand (no LATTICE_RANK, LATTICE_WORLD_SIZE, "
+                  "LATTICE_STORE or LATTICE_GENERATION) ---> HINT: --transport gloo runs under "
+                  "`lattice launch --nproc-per-node {} -- train ...`; or use --transport threads "
+                  "to run the {} ranks inside this process",
+                  world_size, world_size, world_size);
+  }
+  if (launch->size != world_size) {
+    LATTICE_THROW(ConfigError,
+                  "--transport gloo needs {} processes, but lattice launch started {} "
+                  "(LATTICE_WORLD_SIZE={}) ---> HINT: launch with `lattice launch "
+                  "--nproc-per-node {} -- train ...`, or choose a layout of {} ranks",
+                  world_size, launch->size, launch->size, world_size, launch->size);
+  }
+  return *launch;
+}
+
 void launch_ranks(TransportKind transport, int world_size,
                   const std::function<void(Communicator&)>& body, CommConfig config) {
   if (world_size < 1) {
@@ -57,6 +81,27 @@ void launch_ranks(TransportKind transport, int world_size,
       require_mpi_launch(detect_launch_environment(), world_size);
       // MpiTransport cross-checks MPI's own rank and size against the launcher's variables.
       Communicator world(process_mpi_transport(), std::move(config));
+      try {
+        body(world);
+      } catch (const std::exception& e) {
+        // A rank that fails ends the whole job now, with its error: returning would leave the
+        // other ranks blocked on it and MPI_Finalize waiting on requests that never complete.
+        spdlog::error("rank {} of {}: {}", world.rank(), world.size(), e.what());
+        abort_mpi_job(1);
+      }
+      return;
+    }
+    case TransportKind::kGloo: {
+      const GlooLaunchEnvironment env = require_gloo_launch(detect_gloo_environment(), world_size);
+      GlooOptions options;
+      options.rank = env.rank;
+      options.size = env.size;
+      options.store_path = env.store;
+      options.prefix = env.prefix();
+      options.hostname = env.bind_addr;
+      options.timeout = config.timeout;
+      // One generation per process: the world and its connections end with the body.
+      Communicator world(GlooTransport::create(options), std::move(config));
       body(world);
       return;
     }

@@ -59,4 +59,49 @@ std::optional<LaunchEnvironment> detect_launch_environment() {
   return detect_launch_environment([](const char* name) { return std::getenv(name); });
 }
 
+std::optional<GlooLaunchEnvironment> detect_gloo_environment(const EnvLookup& getenv_fn) {
+  constexpr const char* kRequired[] = {"LATTICE_RANK", "LATTICE_WORLD_SIZE", "LATTICE_STORE",
+                                       "LATTICE_GENERATION"};
+  std::string set, unset;
+  for (const char* name : kRequired) {
+    std::string& list = getenv_fn(name) != nullptr ? set : unset;
+    list += list.empty() ? name : fmt::format(", {}", name);
+  }
+  if (set.empty()) return std::nullopt;
+  if (!unset.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "{} set but {} not: this process looks half-started by `lattice launch` "
+                  "---> HINT: start every rank with `lattice launch`, which sets all of them",
+                  set, unset);
+  }
+  GlooLaunchEnvironment env;
+  env.rank = parse_int("LATTICE_RANK", getenv_fn("LATTICE_RANK"));
+  env.size = parse_int("LATTICE_WORLD_SIZE", getenv_fn("LATTICE_WORLD_SIZE"));
+  env.generation = parse_int("LATTICE_GENERATION", getenv_fn("LATTICE_GENERATION"));
+  env.store = getenv_fn("LATTICE_STORE");
+  if (const char* local = getenv_fn("LATTICE_LOCAL_RANK")) {
+    env.local_rank = parse_int("LATTICE_LOCAL_RANK", local);
+  }
+  if (const char* bind = getenv_fn("LATTICE_BIND_ADDR"); bind != nullptr && *bind != '\0') {
+    env.bind_addr = bind;
+  }
+  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
+    LATTICE_THROW(ConfigError,
+                  "launcher variables LATTICE_RANK={} LATTICE_WORLD_SIZE={} do not describe a "
+                  "rank",
+                  env.rank, env.size);
+  }
+  if (env.generation < 0 || env.store.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "launcher variables LATTICE_GENERATION={} LATTICE_STORE='{}' do not describe a "
+                  "rendezvous (the generation counts from 0, the store is a directory)",
+                  env.generation, env.store);
+  }
+  return env;
+}
+
+std::optional<GlooLaunchEnvironment> detect_gloo_environment() {
+  return detect_gloo_environment([](const char* name) { return std::getenv(name); });
+}
+
 }  // namespace lattice

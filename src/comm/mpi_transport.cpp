@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "comm/reduce_kernels.h"
@@ -64,6 +66,13 @@ MPI_Datatype mpi_type(DType dtype) {
 }
 
 }  // namespace
+
+void abort_mpi_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this only satisfies [[noreturn]]
+}
 
 struct MpiTransport::Group {
   MPI_Comm collectives = MPI_COMM_NULL;

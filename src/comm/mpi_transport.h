@@ -18,6 +18,10 @@
 
 namespace lattice {
 
+// Ends every process of the MPI job (MPI_Abort on the world) with exit code `code`: the
+// launcher kills the other ranks, stopped ones included, so nothing is left hanging.
+[[noreturn]] void abort_mpi_job(int code);
+
 class MpiTransport : public Transport {
  public:
   // Initialises MPI (unless already initialised) and checks that MPI's rank and size agree with

@@ -72,6 +72,9 @@ struct ProblemHash {
 struct PreparedMatmul {
   dnnl::matmul primitive;
   std::string implementation;  // primitive_desc::impl_info_str(), e.g. "brg:avx512_core_amx"
+  // The CPU has no bf16 matmul (oneDNN's needs AVX-512): the primitive is f32, and the bf16
+  // operands are widened exactly to f32 before it runs (the output rounded once after).
+  bool widened = false;
 };
 
 dnnl::engine& cpu_engine() {
@@ -87,6 +90,7 @@ struct ThreadCache {
   dnnl::stream stream{cpu_engine()};
   std::unordered_map<Problem, PreparedMatmul, ProblemHash> primitives;
   MatmulCacheStats stats;
+  std::vector<float> widened_a, widened_b, widened_out;  // widened bf16 (PreparedMatmul)
 };
 
 ThreadCache& thread_cache() {
@@ -143,6 +147,31 @@ PreparedMatmul create_matmul(const Problem& p) {
   }
 }
 
+// Whether oneDNN has a bf16 matmul on this CPU (AVX-512 BF16, AMX, or AVX-512 emulation);
+// asked once per process.
+bool cpu_has_bf16_matmul() {
+  static const bool has = [] {
+    try {
+      dnnl::memory::desc md = matrix_desc(16, 16, DType::kBF16, false);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+PreparedMatmul create_widened_matmul(const Problem& p) {
+  Problem f32 = p;
+  f32.input = DType::kF32;
+  f32.output = DType::kF32;
+  PreparedMatmul prepared = create_matmul(f32);
+  prepared.implementation += " (bf16 widened to f32: no bf16 matmul on this CPU)";
+  prepared.widened = true;
+  return prepared;
+}
+
 const PreparedMatmul& prepared_matmul(const Problem& problem) {
   ThreadCache& cache = thread_cache();
   auto it = cache.primitives.find(problem);
@@ -151,7 +180,9 @@ const PreparedMatmul& prepared_matmul(const Problem& problem) {
     return it->second;
   }
   if (cache.primitives.size() >= kMaxCachedPrimitives) cache.primitives.clear();
-  PreparedMatmul prepared = create_matmul(problem);
+  PreparedMatmul prepared = problem.input == DType::kBF16 && !cpu_has_bf16_matmul()
+                                ? create_widened_matmul(problem)
+                                : create_matmul(problem);
   ++cache.stats.created;
   return cache.primitives.emplace(problem, std::move(prepared)).first->second;
 }
@@ -250,15 +281,36 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
   }
   const PreparedMatmul& prepared = prepared_matmul(problem);
   dnnl::engine& engine = cpu_engine();
+  // Widened bf16: f32 copies of the operands (and of a bf16 output) in per-thread scratch.
+  const DType input = prepared.widened ? DType::kF32 : problem.input;
+  const DType output = prepared.widened ? DType::kF32 : problem.output;
+  const void* a_data = a.raw_data();
+  const void* b_data = b.raw_data();
+  void* out_data = out.raw_data();
+  const bool widen_out = prepared.widened && problem.output == DType::kBF16;
+  if (prepared.widened) {
+    ThreadCache& cache = thread_cache();
+    cache.widened_a.resize(size_t(a.numel()));
+    cache.widened_b.resize(size_t(b.numel()));
+    convert(a.raw_data(), DType::kBF16, cache.widened_a.data(), DType::kF32, a.numel());
+    convert(b.raw_data(), DType::kBF16, cache.widened_b.data(), DType::kF32, b.numel());
+    a_data = cache.widened_a.data();
+    b_data = cache.widened_b.data();
+    if (widen_out) {
+      cache.widened_out.resize(size_t(out.numel()));
+      if (problem.accumulate) {
+        convert(out.raw_data(), DType::kBF16, cache.widened_out.data(), DType::kF32, out.numel());
+      }
+      out_data = cache.widened_out.data();
+    }
+  }
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC,
-       dnnl::memory(matrix_desc(problem.m, problem.k, problem.input, problem.transpose_a), engine,
-                    a.raw_data())},
-      {DNNL_ARG_WEIGHTS,
-       dnnl::memory(matrix_desc(problem.k, problem.n, problem.input, problem.transpose_b), engine,
-                    b.raw_data())},
-      {DNNL_ARG_DST, dnnl::memory(matrix_desc(problem.m, problem.n, problem.output, false), engine,
-                                  out.raw_data())},
+      {DNNL_ARG_SRC, dnnl::memory(matrix_desc(problem.m, problem.k, input, problem.transpose_a),
+                                  engine, const_cast<void*>(a_data))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(matrix_desc(problem.k, problem.n, input, problem.transpose_b),
+                                      engine, const_cast<void*>(b_data))},
+      {DNNL_ARG_DST,
+       dnnl::memory(matrix_desc(problem.m, problem.n, output, false), engine, out_data)},
   };
   if (problem.bias) {
     args.emplace(DNNL_ARG_BIAS, dnnl::memory(matrix_desc(1, problem.n, DType::kF32, false), engine,
@@ -272,6 +324,7 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
     LATTICE_THROW(ContractError, "matmul: oneDNN failed to execute {}: {}", problem.describe(),
                   e.what());
   }
+  if (widen_out) convert(out_data, DType::kF32, out.raw_data(), DType::kBF16, out.numel());
 }
 
 std::string matmul_implementation(int64_t m, int64_t n, int64_t k, DType input, DType output,

@@ -1,6 +1,7 @@
 #include "train/pipeline_stage.h"
 
 #include "core/error.h"
+#include "core/rank_progress.h"
 
 namespace lattice {
 
@@ -57,21 +58,25 @@ int ModelPipelineStage::slot(int micro_batch, int chunk, bool take) {
 }
 
 void ModelPipelineStage::forward(int mb, int chunk) {
+  report_phase(Phase::kForward);
   const TokenBatch& batch = batches_[size_t(mb)];
   ForwardResult r = model_.forward_chunk(chunk, slot(mb, chunk, true), batch.inputs, batch.targets);
   loss_sum_ += r.loss_sum;
 }
 
 void ModelPipelineStage::backward(int mb, int chunk) {
+  report_phase(Phase::kBackward);
   model_.backward_chunk(chunk, slot(mb, chunk, false), loss_scale_);
   occupant_[size_t(chunk)][size_t(mb % slots_)] = -1;
 }
 
 void ModelPipelineStage::backward_input(int mb, int chunk) {
+  report_phase(Phase::kBackward);
   model_.backward_chunk(chunk, slot(mb, chunk, false), loss_scale_, /*defer_weights=*/true);
 }
 
 void ModelPipelineStage::backward_weight(int mb, int chunk) {
+  report_phase(Phase::kBackward);
   model_.backward_weight_chunk(chunk, slot(mb, chunk, false));
   occupant_[size_t(chunk)][size_t(mb % slots_)] = -1;
 }

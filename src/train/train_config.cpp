@@ -42,6 +42,19 @@ int64_t get_non_negative(const toml::node& node, const std::string& key) {
   return v;
 }
 
+double get_float(const toml::node& node, const std::string& key);
+
+// A duration in seconds: positive (or zero, where zero means "derive it"), at most a day.
+double get_seconds(const toml::node& node, const std::string& key, bool zero_allowed = false) {
+  const double s = get_float(node, key);
+  if (!((zero_allowed ? s >= 0.0 : s > 0.0) && s <= 86400.0)) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be a duration in seconds{} ---> HINT: e.g. 2 or 0.5",
+                  key, s, zero_allowed ? " (0: the default)" : " greater than 0");
+  }
+  return s;
+}
+
 double get_float(const toml::node& node, const std::string& key) {
   if (auto v = node.value<double>(); v && (node.is_floating_point() || node.is_integer())) {
     return *v;
@@ -311,11 +324,12 @@ const std::map<std::string, Setter>& setters() {
                   {"parallel.transport",
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      std::string t = get_string(n, k);
-                     if (t != "threads" && t != "mpi") {
+                     if (t != "threads" && t != "mpi" && t != "gloo") {
                        LATTICE_THROW(ConfigError,
                                      "config key '{}' = \"{}\" ---> HINT: use \"threads\" "
-                                     "(in-process ranks) or \"mpi\" (one rank per process, "
-                                     "under mpirun)",
+                                     "(in-process ranks), \"mpi\" (one rank per process, "
+                                     "under mpirun) or \"gloo\" (one rank per process, under "
+                                     "lattice launch)",
                                      k, t);
                      }
                      c.parallel.transport = t;
@@ -358,6 +372,26 @@ const std::map<std::string, Setter>& setters() {
                      std::string name = get_string(n, k);
                      parse_recompute(name);  // ConfigError listing the choices
                      c.parallel.recompute = name;
+                   }},
+                  {"parallel.timeout_s",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.timeout_s = get_seconds(n, k, /*zero_allowed=*/true);
+                   }},
+                  {"elastic.heartbeat_interval_s",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.elastic.heartbeat_interval_s = get_seconds(n, k);
+                   }},
+                  {"elastic.heartbeat_timeout_s",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.elastic.heartbeat_timeout_s = get_seconds(n, k);
+                   }},
+                  {"elastic.progress_timeout_s",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.elastic.progress_timeout_s = get_seconds(n, k);
+                   }},
+                  {"elastic.snapshot_every",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.elastic.snapshot_every = get_non_negative(n, k);
                    }},
               };
   return table;
@@ -529,6 +563,36 @@ TrainConfig load_train_config(const std::filesystem::path& path,
   std::stringstream text;
   text << in.rdbuf();
   return parse_train_config(text.str(), path.string(), overrides);
+}
+
+double TrainConfig::collective_timeout_s() const {
+  return parallel.timeout_s > 0.0 ? parallel.timeout_s : 30.0;
+}
+
+void TrainConfig::check_timeout_ladder() const {
+  if (!(elastic.heartbeat_interval_s < elastic.heartbeat_timeout_s)) {
+    LATTICE_THROW(ConfigError,
+                  "elastic.heartbeat_interval_s = {} must be below elastic.heartbeat_timeout_s = "
+                  "{}: a live rank would look dead between two beats ---> HINT: keep the timeout "
+                  "several beats long, e.g. 0.1 and 1",
+                  elastic.heartbeat_interval_s, elastic.heartbeat_timeout_s);
+  }
+  if (!(elastic.heartbeat_timeout_s <= elastic.progress_timeout_s)) {
+    LATTICE_THROW(ConfigError,
+                  "elastic.heartbeat_timeout_s = {} must not exceed elastic.progress_timeout_s = "
+                  "{}: a stopped rank (no heartbeat) would be taken for a stuck one ---> HINT: "
+                  "e.g. 1 and 2",
+                  elastic.heartbeat_timeout_s, elastic.progress_timeout_s);
+  }
+  if (parallel.transport == "gloo" && !(elastic.progress_timeout_s < collective_timeout_s())) {
+    LATTICE_THROW(ConfigError,
+                  "parallel.timeout_s = {} must be above elastic.progress_timeout_s = {}: under "
+                  "lattice launch the agent finds a dead, stopped or stuck rank first, and a "
+                  "collective deadline shorter than that would fail ranks that only wait for a "
+                  "slower peer (one still evaluating) ---> HINT: leave parallel.timeout_s at 0 "
+                  "(30 s) or lower elastic.progress_timeout_s",
+                  collective_timeout_s(), elastic.progress_timeout_s);
+  }
 }
 
 void TrainConfig::resolve_batch(int64_t dp) {

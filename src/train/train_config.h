@@ -20,20 +20,34 @@ namespace lattice {
 // `lattice train` flag given on the command line (--dp, --tp, --sp, --zero, --bucket-mb,
 // --transport, --check-replicas) overrides the key of the same name.
 struct ParallelConfig {
-  int dp = 1;                         // data-parallel ranks
-  int tp = 1;                         // tensor-parallel ranks (tp fastest in the mesh)
-  bool sequence_parallel = false;     // key "sp": split the residual stream's rows over tp
-  int zero = 0;                       // 0: replicated; 1: AdamW moments sharded over dp
-  double bucket_mb = 1.0;             // gradient bucket size (dp > 1)
-  std::string transport = "threads";  // "threads" (in-process ranks) | "mpi" (under mpirun)
+  int dp = 1;                      // data-parallel ranks
+  int tp = 1;                      // tensor-parallel ranks (tp fastest in the mesh)
+  bool sequence_parallel = false;  // key "sp": split the residual stream's rows over tp
+  int zero = 0;                    // 0: replicated; 1: AdamW moments sharded over dp
+  double bucket_mb = 1.0;          // gradient bucket size (dp > 1)
+  // "threads" (in-process ranks) | "mpi" (under mpirun) | "gloo" (under lattice launch)
+  std::string transport = "threads";
   bool check_replicas = false;        // hash and compare the dp replicas after every step
   int pp = 1;                         // pipeline stages (docs/pipeline-parallel.md)
   std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved-1f1b | zb-h1
   int virtual_stages = 1;             // model chunks per stage (interleaved-1f1b: ≥ 2)
   std::string recompute = "none";     // none | selective | full
   std::vector<int> layers_per_chunk;  // pipeline chunks' layer counts; empty: the cost model
+  // Deadline of every collective, seconds; 0: 30 s. Under `lattice launch` a backstop above
+  // elastic.progress_timeout_s: the agent finds a failed rank before any deadline passes.
+  double timeout_s = 0.0;
 
   int world_size() const { return dp * tp * pp; }
+};
+
+// The [elastic] section: liveness and snapshots of a run under `lattice launch`
+// (docs/elastic.md). The timeouts form a ladder checked at start (check_timeout_ladder):
+// heartbeat interval < heartbeat timeout <= progress timeout < collective deadline.
+struct ElasticConfig {
+  double heartbeat_interval_s = 0.1;
+  double heartbeat_timeout_s = 1.0;  // no heartbeat for this long: the rank is dead or stopped
+  double progress_timeout_s = 2.0;   // heartbeat but no progress for this long: stuck
+  int64_t snapshot_every = 1;        // in-memory snapshot every N steps; 0: none
 };
 
 struct TrainConfig {
@@ -86,6 +100,11 @@ struct TrainConfig {
   bool checkpoint_async = false;
 
   ParallelConfig parallel;
+  ElasticConfig elastic;
+  // The deadline of every collective: parallel.timeout_s, or its default for the transport.
+  double collective_timeout_s() const;
+  // ConfigError naming the keys when the elastic timeouts are out of order.
+  void check_timeout_ladder() const;
 
   // Derives the missing one of (micro_batch, micro_batches, global_batch) for `dp` data-parallel
   // ranks, or throws ConfigError showing the formula when they are inconsistent or indivisible.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/rank_progress.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "parallel/rank_sum.h"
@@ -251,10 +252,12 @@ double Trainer::run_micro_batches(double global_tokens) {
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
     train_loader_->read_batch_rows(step_, row, row + B, micro_.inputs, micro_.targets);
+    report_phase(Phase::kForward);
     TraceScope forward_scope("forward", TraceCategory::kCompute, {{"micro_batch", mb}});
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
     forward_scope.finish();
     loss_sum += r.loss_sum;
+    report_phase(Phase::kBackward);
     TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
     if (sharded_gradients_ != nullptr) {
       // ZeRO-2/3: every micro-batch's gradients are reduced into the owners' shards.
@@ -317,6 +320,7 @@ StepMetrics Trainer::train_step() {
   TraceScope step_scope(current_event_recorder(), "step", TraceCategory::kStep,
                         {{"step", step_ + 1}});
   ParameterStore& params = model_->parameters();
+  report_step(step_);
 
   // ---- training section: batch, forward, backward and reduce, clip, schedule, update ----
   params.zero_grads();
@@ -328,6 +332,7 @@ StepMetrics Trainer::train_step() {
   if (dp_size_ > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
+  report_phase(Phase::kOptimizer);
   TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
   const double grad_norm = global_grad_norm();
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
@@ -392,6 +397,7 @@ double Trainer::evaluate() {
   // run with the same global batch (whose micro-batch is dp times larger).
   const int64_t batches = std::max<int64_t>(1, config_.eval_batches) * dp_size_;
   for (int64_t k = 0; k < batches; ++k) {
+    report_phase(Phase::kEvaluate);  // progress for the agent, batch by batch
     val_loader_->read_batch(k, micro_.inputs, micro_.targets);
     ForwardResult r =
         pp_size_ > 1 ? pipeline_forward(micro_) : model_->forward(micro_.inputs, micro_.targets);

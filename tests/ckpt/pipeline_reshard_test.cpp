@@ -13,7 +13,6 @@
 // and no file of a last-stage rank holds the tied table.
 #include <gtest/gtest.h>
 
-
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"

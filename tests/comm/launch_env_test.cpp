@@ -44,5 +44,53 @@ TEST(LaunchEnv, RefusesMalformedVariables) {
                ConfigError);
 }
 
+TEST(LaunchEnv, ReadsLatticeLaunchVariables) {
+  auto env = detect_gloo_environment(fake_env({{"LATTICE_RANK", "2"},
+                                               {"LATTICE_WORLD_SIZE", "4"},
+                                               {"LATTICE_LOCAL_RANK", "1"},
+                                               {"LATTICE_STORE", "/tmp/job/store"},
+                                               {"LATTICE_GENERATION", "3"}}));
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->rank, 2);
+  EXPECT_EQ(env->size, 4);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->store, "/tmp/job/store");
+  EXPECT_EQ(env->generation, 3);
+  EXPECT_EQ(env->prefix(), "gen3/");
+  EXPECT_EQ(env->bind_addr, "127.0.0.1");
+  auto bound = detect_gloo_environment(fake_env({{"LATTICE_RANK", "0"},
+                                                 {"LATTICE_WORLD_SIZE", "1"},
+                                                 {"LATTICE_STORE", "/s"},
+                                                 {"LATTICE_GENERATION", "0"},
+                                                 {"LATTICE_BIND_ADDR", "10.0.0.7"}}));
+  ASSERT_TRUE(bound.has_value());
+  EXPECT_EQ(bound->bind_addr, "10.0.0.7");
+  EXPECT_EQ(bound->local_rank, 0);
+  EXPECT_FALSE(detect_gloo_environment(fake_env({{"OMPI_COMM_WORLD_RANK", "0"}})).has_value());
+}
+
+TEST(LaunchEnv, RefusesHalfSetOrMalformedLatticeLaunchVariables) {
+  try {
+    detect_gloo_environment(fake_env({{"LATTICE_RANK", "0"}, {"LATTICE_WORLD_SIZE", "2"}}));
+    FAIL() << "accepted a launch without a store";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LATTICE_STORE, LATTICE_GENERATION not"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::map<std::string, std::string> good = {{"LATTICE_RANK", "0"},
+                                                   {"LATTICE_WORLD_SIZE", "2"},
+                                                   {"LATTICE_STORE", "/s"},
+                                                   {"LATTICE_GENERATION", "0"}};
+  for (const auto& [name, bad] : std::map<std::string, std::string>{{"LATTICE_RANK", "2"},
+                                                                    {"LATTICE_WORLD_SIZE", "x"},
+                                                                    {"LATTICE_GENERATION", "-1"},
+                                                                    {"LATTICE_STORE", ""}}) {
+    auto vars = good;
+    vars[name] = bad;
+    EXPECT_THROW(detect_gloo_environment(fake_env(vars)), ConfigError) << name << "=" << bad;
+  }
+}
+
 }  // namespace
 }  // namespace lattice

@@ -1,13 +1,17 @@
 // launch_ranks: the threads path runs the body once per rank on a working world with the
-// caller's CommConfig, and every way of asking for a world that cannot be started is refused
-// with a ConfigError naming the fix. (The mpi success path runs under mpirun, not here.)
+// caller's CommConfig, the gloo path on a one-rank world from lattice launch's variables, and
+// every way of asking for a world that cannot be started is refused with a ConfigError naming
+// the fix. (The mpi success path runs under mpirun, not here.)
 #include "comm/launch.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -116,16 +120,86 @@ TEST(Launch, MpiInAProcessStartedByHandRefusesBeforeStartingMpi) {
   EXPECT_EQ(ran.load(), 0);
 }
 
+TEST(Launch, GlooWithoutLatticeLaunchNamesIt) {
+  const std::string what = message_of([] { require_gloo_launch(std::nullopt, 4); });
+  EXPECT_NE(what.find("lattice launch --nproc-per-node 4 -- train"), std::string::npos) << what;
+  EXPECT_NE(what.find("--transport threads"), std::string::npos) << what;
+}
+
+TEST(Launch, GlooWithTheWrongProcessCountNamesBoth) {
+  GlooLaunchEnvironment env;
+  env.rank = 1;
+  env.size = 2;
+  env.store = "/tmp/store";
+  const std::string what = message_of([&] { require_gloo_launch(env, 8); });
+  EXPECT_NE(what.find("needs 8 processes"), std::string::npos) << what;
+  EXPECT_NE(what.find("lattice launch started 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("--nproc-per-node 8"), std::string::npos) << what;
+  EXPECT_EQ(require_gloo_launch(env, 2).rank, 1);
+}
+
+TEST(Launch, GlooInAProcessStartedByHandRefuses) {
+  if (detect_gloo_environment().has_value()) {
+    GTEST_SKIP() << "this test process was started by lattice launch";
+  }
+  std::atomic<int> ran{0};
+  const std::string what =
+      message_of([&] { launch_ranks(TransportKind::kGloo, 2, [&](Communicator&) { ++ran; }); });
+  EXPECT_NE(what.find("lattice launch --nproc-per-node 2"), std::string::npos) << what;
+  EXPECT_EQ(ran.load(), 0);
+}
+
+// The whole gloo path of launch_ranks on a world of one, from the variables lattice launch sets.
+TEST(Launch, GlooRunsTheBodyOnTheLaunchersWorld) {
+  if (detect_gloo_environment().has_value()) {
+    GTEST_SKIP() << "this test process was started by lattice launch";
+  }
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("lattice_launch_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::pair<const char*, std::string> vars[] = {{"LATTICE_RANK", "0"},
+                                                      {"LATTICE_WORLD_SIZE", "1"},
+                                                      {"LATTICE_LOCAL_RANK", "0"},
+                                                      {"LATTICE_STORE", dir.string()},
+                                                      {"LATTICE_GENERATION", "4"}};
+  for (const auto& [name, value] : vars) ::setenv(name, value.c_str(), 1);
+  int ran = 0;
+  CommConfig config;
+  config.timeout = std::chrono::milliseconds(5000);
+  try {
+    launch_ranks(
+        TransportKind::kGloo, 1,
+        [&](Communicator& world) {
+          EXPECT_EQ(world.size(), 1);
+          EXPECT_EQ(world.transport_kind(), TransportKind::kGloo);
+          float x = 3;
+          world.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum);
+          EXPECT_EQ(x, 3.0f);
+          ++ran;
+        },
+        config);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  for (const auto& [name, value] : vars) ::unsetenv(name);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(ran, 1);
+}
+
 TEST(Launch, TransportNamesParse) {
   EXPECT_EQ(parse_transport("threads"), TransportKind::kThreads);
   EXPECT_EQ(parse_transport("mpi"), TransportKind::kMpi);
+  EXPECT_EQ(parse_transport("gloo"), TransportKind::kGloo);
+  for (int i = 0; i < kTransportCount; ++i) {
+    EXPECT_EQ(parse_transport(transport_name(TransportKind(i))), TransportKind(i));
+  }
   try {
     parse_transport("nccl");
     FAIL() << "parsed 'nccl'";
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'nccl'"), std::string::npos) << what;
-    EXPECT_NE(what.find("threads or mpi"), std::string::npos) << what;
+    EXPECT_NE(what.find("threads, mpi or gloo"), std::string::npos) << what;
   }
 }
 

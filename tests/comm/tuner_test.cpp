@@ -44,6 +44,22 @@ TEST(CostModel, DefaultPrefersFewStepsWhenSmallAndLittleVolumeWhenLarge) {
             eight.predict(Collective::kAllReduce, Algorithm::kRing, 8));
 }
 
+// Gloo is priced like the other point-to-point transports; only mpi offers kNative.
+TEST(CostModel, GlooChoosesAmongLatticesOwnAlgorithms) {
+  const std::vector<Algorithm> own = {Algorithm::kRing, Algorithm::kHalvingDoubling,
+                                      Algorithm::kTree};
+  for (int n : {2, 6, 8}) {
+    Tuner gloo(TransportKind::kGloo, n), threads(TransportKind::kThreads, n);
+    EXPECT_EQ(gloo.candidates(Collective::kAllReduce), own);
+    for (size_t bytes : {size_t(8), size_t(1) << 16, size_t(64) << 20}) {
+      EXPECT_EQ(gloo.choose(Collective::kAllReduce, bytes),
+                threads.choose(Collective::kAllReduce, bytes));
+    }
+  }
+  EXPECT_EQ(Tuner(TransportKind::kMpi, 4).candidates(Collective::kAllReduce).back(),
+            Algorithm::kNative);
+}
+
 TEST(CostModel, ProfileRoundTripsAndDrivesTheChoice) {
   CostProfile profile;
   profile.set(Collective::kAllReduce, Algorithm::kTree, 4,

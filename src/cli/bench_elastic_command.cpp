@@ -1,0 +1,146 @@
+// `lattice bench elastic`: what a failure costs an elastic run, next to the uninterrupted run.
+//
+//   lattice bench elastic configs/shakespeare-char.toml --nproc 2 --steps 60 --fault-step 30
+//       [--kinds kill,stop,hang,throw] [--set key=value ...]
+//
+// Runs `lattice launch --nproc-per-node N -- train CONFIG --dp N` (one after another, in this
+// process's agent): without snapshots and with a snapshot after every step (the snapshot's
+// overhead: the ratio of their median step times, rank 0's), then once per fault kind with
+// LATTICE_FAULT=kind@backward:1:STEP: the agent's detection time (from the rank's last sign of
+// life), its recovery time (from detection to the first step trained after the restore), the
+// steps lost (the fault's step minus the snapshot restored) and the run's extra wall time.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_parent.h"
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "cli/launch_options.h"
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace lattice::cli {
+namespace {
+
+struct BenchElasticArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int nproc = 2;
+  int steps = 60;
+  int fault_step = 30;
+  std::vector<std::string> kinds{"kill", "stop", "hang", "throw"};
+};
+
+struct ElasticRun {
+  double wall_s = 0;
+  double median_step_ms = 0;
+  std::vector<RankFailure> failures;
+  int exit_code = 0;
+};
+
+// The median of rank 0's step times in a metrics file (JSON lines).
+double median_step_ms(const std::filesystem::path& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> ms;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) ms.push_back(nlohmann::json::parse(line).at("ms").get<double>());
+  }
+  return ms.empty() ? 0.0 : median(ms);
+}
+
+ElasticRun run_once(const BenchElasticArgs& args, const std::vector<std::string>& sets,
+                    const std::string& fault) {
+  const std::filesystem::path scratch =
+      std::filesystem::temp_directory_path() / fmt::format("lattice_bench_elastic_{}", getpid());
+  std::filesystem::create_directories(scratch);
+  const std::filesystem::path metrics = scratch / "metrics.jsonl";
+  std::vector<std::string> command = {
+      "train",     args.config,      "--dp",  std::to_string(args.nproc),
+      "--metrics", metrics.string(), "--set", fmt::format("train.steps={}", args.steps),
+      "--set",     "output.dir=",    "--set", "sample.tokens=0"};
+  for (const std::string& s : args.overrides) command.insert(command.end(), {"--set", s});
+  for (const std::string& s : sets) command.insert(command.end(), {"--set", s});
+  AgentOptions options = launch_options(args.nproc, command);
+  options.rank_output = scratch / "ranks.log";
+  if (fault.empty()) {
+    ::unsetenv("LATTICE_FAULT");
+  } else {
+    ::setenv("LATTICE_FAULT", fault.c_str(), 1);
+  }
+  ElasticRun run;
+  Stopwatch wall;
+  {
+    Agent agent(std::move(options));
+    run.exit_code = agent.run();
+    run.failures = agent.failures();
+  }
+  run.wall_s = wall.seconds();
+  run.median_step_ms = median_step_ms(metrics);
+  ::unsetenv("LATTICE_FAULT");
+  if (run.exit_code != 0) {
+    LATTICE_THROW(CommError,
+                  "bench elastic: the run with LATTICE_FAULT='{}' failed; its ranks' "
+                  "output is in {}",
+                  fault, (scratch / "ranks.log").string());
+  }
+  std::filesystem::remove_all(scratch);
+  return run;
+}
+
+void run_bench_elastic(const BenchElasticArgs& args) {
+  if (args.fault_step < 1 || args.fault_step >= args.steps) {
+    LATTICE_THROW(ConfigError, "--fault-step {} must lie inside the run's {} steps",
+                  args.fault_step, args.steps);
+  }
+  fmt::print("# lattice bench elastic: {} on {} rank processes (gloo), {} steps, load {}\n",
+             args.config, args.nproc, args.steps, load_average());
+  const ElasticRun plain = run_once(args, {"elastic.snapshot_every=0"}, "");
+  const ElasticRun snapshots = run_once(args, {}, "");
+  fmt::print("uninterrupted, no snapshots:     {:8.2f} ms/step (median), {:.2f} s wall\n",
+             plain.median_step_ms, plain.wall_s);
+  fmt::print(
+      "uninterrupted, snapshot a step:  {:8.2f} ms/step (median), {:.2f} s wall: snapshot "
+      "overhead {:+.1f}% of the step\n",
+      snapshots.median_step_ms, snapshots.wall_s,
+      100.0 * (snapshots.median_step_ms / plain.median_step_ms - 1.0));
+  fmt::print("\n{:<8} {:>12} {:>12} {:>11} {:>14}  cause\n", "fault", "detection s", "recovery s",
+             "steps lost", "extra wall s");
+  for (const std::string& kind : args.kinds) {
+    const std::string fault = fmt::format("{}@backward:1:{}", kind, args.fault_step);
+    const ElasticRun run = run_once(args, {}, fault);
+    if (run.failures.empty()) {
+      fmt::print("{:<8} the fault was not seen\n", kind);
+      continue;
+    }
+    const RankFailure& f = run.failures.front();
+    fmt::print("{:<8} {:>12.3f} {:>12.3f} {:>11} {:>14.2f}  {}\n", kind, f.detected_after_s,
+               f.recovery_s, args.fault_step - f.restored_step, run.wall_s - snapshots.wall_s,
+               f.cause);
+  }
+  fmt::print("# load at the end {}\n", load_average());
+}
+
+}  // namespace
+
+void register_bench_elastic_command(CLI::App& app) {
+  auto args = std::make_shared<BenchElasticArgs>();
+  CLI::App* bench = bench_parent(app);
+  CLI::App* cmd = bench->add_subcommand(
+      "elastic", "Detection, recovery and snapshot cost of each fault kind under lattice launch");
+  cmd->add_option("config", args->config, "The TOML config")->required();
+  cmd->add_option("--set", args->overrides, "Override a config key: section.key=value");
+  cmd->add_option("--nproc", args->nproc, "Rank processes")->check(CLI::Range(2, 64));
+  cmd->add_option("--steps", args->steps, "Steps of each run")->check(CLI::PositiveNumber);
+  cmd->add_option("--fault-step", args->fault_step, "The step each fault fires in (rank 1)");
+  cmd->add_option("--kinds", args->kinds, "Fault kinds: kill, stop, hang, throw")->delimiter(',');
+  cmd->callback([args] { run_bench_elastic(*args); });
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,31 @@
+#include "core/stop_request.h"
+
+#include <signal.h>
+
+#include <atomic>
+
+namespace lattice {
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void on_stop_signal(int signal) {
+  g_signal.store(signal, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void install_stop_request_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+}
+
+int stop_requested() {
+  return g_signal.load(std::memory_order_relaxed);
+}
+
+}  // namespace lattice

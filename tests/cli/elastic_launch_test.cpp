@@ -1,0 +1,224 @@
+// `lattice launch` through the executable: each injected fault (LATTICE_FAULT) is detected
+// within a bound, the job comes back from the in-memory snapshot, and the final state is
+// bitwise the uninterrupted run's (docs/elastic.md).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "cli/cli_run.h"
+#include "train/test_corpus.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 120;  // per command; a hang fails the test instead of the suite
+
+class ElasticLaunch : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::filesystem::path(make_corpus_dir("elastic_cli_" + std::to_string(::getpid())));
+    config_ = new std::filesystem::path(*data_ / "tiny.toml");
+    std::ofstream(*config_) << "[model]\npreset = \"gpt2-tiny\"\n"
+                            << "[data]\ndir = \"" << data_->string() << "\"\n"
+                            << "[batch]\nmicro_batch = 2\nseq_len = 32\n"
+                            << "[train]\nsteps = 10\nthreads = 1\n"
+                            << "[eval]\ninterval = 0\nbatches = 2\n";
+  }
+  static void TearDownTestSuite() {
+    // This process's output directories and corpus.
+    const std::string suffix = "_" + std::to_string(::getpid());
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with("lattice_elastic_cli_") && name.ends_with(suffix)) {
+        std::filesystem::remove_all(entry.path());
+      }
+    }
+    std::filesystem::remove_all(*data_);
+    delete data_;
+    delete config_;
+  }
+
+  // `lattice launch --nproc-per-node N -- train CONFIG --dp N ...` into output dir `out`.
+  static std::vector<std::string> launch(int ranks, const std::filesystem::path& out,
+                                         std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {LATTICE_EXECUTABLE,
+                                     "launch",
+                                     "--nproc-per-node",
+                                     std::to_string(ranks),
+                                     "--",
+                                     "train",
+                                     config_->string(),
+                                     "--dp",
+                                     std::to_string(ranks),
+                                     "--set",
+                                     "output.dir=" + out.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  static std::filesystem::path out_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("lattice_elastic_cli_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    return dir;
+  }
+
+  // The uninterrupted run of `ranks` ranks, once per suite.
+  static const std::filesystem::path& baseline(int ranks) {
+    static std::map<int, std::filesystem::path> runs;
+    auto it = runs.find(ranks);
+    if (it != runs.end()) return it->second;
+    const auto dir = out_dir("baseline" + std::to_string(ranks));
+    const CliResult r = run_cli(launch(ranks, dir), kLimitS);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    return runs[ranks] = dir;
+  }
+
+  // Every shard file of the final checkpoint equals the baseline's byte for byte.
+  static void expect_final_equals_baseline(const std::filesystem::path& dir, int ranks) {
+    const std::filesystem::path& base = baseline(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      const std::string file = "final/rank_0000" + std::to_string(r) + ".safetensors";
+      EXPECT_TRUE(std::filesystem::exists(base / file)) << base / file;
+      EXPECT_TRUE(same_bytes(dir / file, base / file)) << file << " differs from the baseline";
+    }
+  }
+
+  // The step the job was restored at ("restored from the in-memory snapshot of step N").
+  static int restored_step(const std::string& out) {
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex("in-memory snapshot of step (\\d+)"))) return -1;
+    return std::stoi(m[1]);
+  }
+
+  // The detection time the agent reports ("detected X s after its last sign of life").
+  static double detected_after(const std::string& err) {
+    std::smatch m;
+    if (!std::regex_search(err, m, std::regex("detected ([0-9.]+) s after"))) return -1;
+    return std::stod(m[1]);
+  }
+
+  static std::filesystem::path* data_;
+  static std::filesystem::path* config_;
+};
+std::filesystem::path* ElasticLaunch::data_ = nullptr;
+std::filesystem::path* ElasticLaunch::config_ = nullptr;
+
+struct FaultCase {
+  std::string name;
+  std::string fault;
+  std::string cause;  // what the agent's report says
+  int fault_step;
+};
+
+class ElasticFault : public ElasticLaunch, public ::testing::WithParamInterface<FaultCase> {};
+
+TEST_P(ElasticFault, IsDetectedAndTheRunEndsBitwiseAsTheUninterruptedOne) {
+  const FaultCase& c = GetParam();
+  const auto dir = out_dir(c.name);
+  const CliResult r = run_cli(launch(2, dir), kLimitS, {"LATTICE_FAULT=" + c.fault});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("failed in generation 0 at step " + std::to_string(c.fault_step)),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(c.cause), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation 1: restarting 2 ranks"), std::string::npos) << r.err;
+  // Detected within the ladder's bound (progress timeout 2 s), generously.
+  const double detected = detected_after(r.err);
+  EXPECT_GE(detected, 0.0) << r.err;
+  EXPECT_LT(detected, 6.0) << r.err;
+  // At most one step lost besides the one in flight: the snapshot restored is that of the
+  // step before the fault's or the one before it (asynchronous snapshots commit a step later).
+  const int restored = restored_step(r.out);
+  EXPECT_GE(restored, c.fault_step - 1) << r.out;
+  EXPECT_LE(restored, c.fault_step) << r.out;
+  expect_final_equals_baseline(dir, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, ElasticFault,
+    ::testing::Values(FaultCase{"kill_forward", "kill@forward:1:5", "killed by signal 9", 5},
+                      FaultCase{"kill_backward", "kill@backward:0:4", "killed by signal 9", 4},
+                      FaultCase{"kill_collective", "kill@collective:1:6", "killed by signal 9", 6},
+                      FaultCase{"kill_optimizer", "kill@optimizer:1:3", "killed by signal 9", 3},
+                      FaultCase{"kill_snapshot", "kill@snapshot:0:5", "killed by signal 9", 5},
+                      FaultCase{"stop", "stop@forward:1:4", "no heartbeat", 4},
+                      FaultCase{"livelock", "hang@backward:1:5", "no progress", 5},
+                      FaultCase{"throw", "throw@optimizer:1:4",
+                                "injected fault throw@optimizer:1:4", 4}),
+    [](const auto& info) { return info.param.name; });
+
+TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
+  const auto dir = out_dir("kill_recovery");
+  // Rank 1 dies at step 5; in the next generation rank 0 dies while restoring.
+  const CliResult r =
+      run_cli(launch(2, dir), kLimitS, {"LATTICE_FAULT=kill@backward:1:5,kill@recovery:0:*"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("generation 2: restarting"), std::string::npos) << r.err;
+  expect_final_equals_baseline(dir, 2);
+}
+
+TEST_F(ElasticLaunch, TheSameFaultThreeTimesAtOneStepEndsTheRun) {
+  const auto dir = out_dir("three_faults");
+  const CliResult r = run_cli(launch(2, dir), kLimitS, {"LATTICE_FAULT=kill@forward:1:3:3"});
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_NE(r.err.find("step 3 failed 3 times"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "final"));
+}
+
+TEST_F(ElasticLaunch, MoreFailuresThanMaxRestartsEndTheRun) {
+  const auto dir = out_dir("max_restarts");
+  std::vector<std::string> args = launch(2, dir);
+  args.insert(args.begin() + 2, {"--max-restarts", "1"});
+  const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=kill@forward:1:2,kill@forward:1:6"});
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_NE(r.err.find("more than --max-restarts 1"), std::string::npos) << r.err;
+}
+
+TEST_F(ElasticLaunch, FourOversubscribedRanksRecoverBitwise) {
+  const auto dir = out_dir("four_ranks");
+  const CliResult r = run_cli(launch(4, dir), kLimitS, {"LATTICE_FAULT=kill@backward:2:5"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("rank 2 failed in generation 0 at step 5"), std::string::npos) << r.err;
+  expect_final_equals_baseline(dir, 4);
+}
+
+TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise) {
+  const auto dir = out_dir("sigterm");
+  // Slow steps, so that the signal arrives while the run is in its middle.
+  CliProcess job(launch(2, dir, {"--set", "train.steps=10"}),
+                 {"LATTICE_FAULT=slow@forward:0:0", "LATTICE_FAULT_SLOW_MS=150"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::regex_search(job.out_so_far(), std::regex("step +3/10")) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  job.signal(SIGTERM);
+  const CliResult r = job.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("stopped by signal 15 after step (\\d+)")))
+      << r.out;
+  const int stopped = std::stoi(m[1]);
+  EXPECT_GE(stopped, 3);
+  EXPECT_LT(stopped, 10);
+  EXPECT_TRUE(std::filesystem::exists(dir / "checkpoints" / ("step_" + std::to_string(stopped))));
+  EXPECT_FALSE(std::filesystem::exists(dir / "final"));
+  const CliResult resumed = run_cli(launch(2, dir, {"--resume", "auto"}), kLimitS);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.all();
+  EXPECT_NE(resumed.out.find("at step " + std::to_string(stopped)), std::string::npos)
+      << resumed.out;
+  expect_final_equals_baseline(dir, 2);
+}
+
+TEST_F(ElasticLaunch, ABadCommandIsAClearError) {
+  const CliResult r = run_cli(
+      {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--", "sample", "x"}, kLimitS);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("runs `train CONFIG [flags]` after `--`"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lattice::testing
