@@ -1,4 +1,5 @@
-// `lattice launch --nproc-per-node N [--max-restarts K] [--grace-s S] -- train CONFIG [flags]`:
+// `lattice launch --nproc-per-node N [--max-restarts K] [--min-ranks R] [--grace-s S] -- train
+// CONFIG [flags]`:
 // the elastic engine on one machine (docs/elastic.md). The agent starts N rank processes of
 // `lattice train ... --transport gloo`, watches their heartbeats and progress, keeps their
 // in-memory snapshots, and when a rank dies, stops or hangs restarts the world from the newest
@@ -22,6 +23,7 @@ namespace {
 struct LaunchArgs {
   int nproc_per_node = 1;
   int max_restarts = 3;
+  int min_ranks = 0;  // 0: --nproc-per-node (no shrinking)
   double grace_s = 30.0;
   std::vector<std::string> command;
 };
@@ -29,6 +31,7 @@ struct LaunchArgs {
 void run_launch(const LaunchArgs& args) {
   AgentOptions options = launch_options(args.nproc_per_node, args.command);
   options.max_restarts = args.max_restarts;
+  options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node;
   options.grace_s = args.grace_s;
   install_stop_request_handlers();
   Agent agent(std::move(options));
@@ -71,6 +74,10 @@ void register_launch_command(CLI::App& app) {
   cmd->add_option("--max-restarts", args->max_restarts,
                   "Failures of one rank the job recovers from before it ends")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-ranks", args->min_ranks,
+                  "Go on with fewer ranks, down to this many, when one fails more than "
+                  "--max-restarts times (default: --nproc-per-node, never shrink)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--grace-s", args->grace_s,
                   "After SIGTERM: seconds the ranks have to finish their step and checkpoint")
       ->check(CLI::PositiveNumber);

@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
+// Exit codes: 0 done, 1 an error, 2 an unexpected one, 3 the input was refused (ConfigError:
+// retrying cannot help; `lattice launch` ends the job on it, elastic/agent.h).
 int main(int argc, char** argv) {
   // Logs and errors on stderr: stdout carries what a command produces (tables, --json).
   spdlog::set_default_logger(spdlog::stderr_color_mt("lattice"));
@@ -19,6 +21,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const lattice::ConfigError& e) {
+    // The input cannot work as given: a launcher must not retry it.
+    spdlog::error("{}", e.what());
+    return 3;
   } catch (const lattice::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

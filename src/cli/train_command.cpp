@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -416,12 +417,31 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
   }
 }
 
+// An agent that went on with fewer ranks (lattice launch --min-ranks) restarts the command as it
+// was given: the layout is refit to the world it has, the global batch kept.
+void refit_to_shrunk_world(TrainConfig& config, TransportKind transport) {
+  if (transport != TransportKind::kGloo || std::getenv("LATTICE_REFIT_WORLD") == nullptr) return;
+  const std::optional<GlooLaunchEnvironment> env = detect_gloo_environment();
+  if (!env || env->size == config.parallel.world_size()) return;
+  TrainConfig before = config;
+  before.resolve_batch(before.parallel.dp);
+  config.refit_to_world(env->size);
+  if (env->rank == 0) {
+    fmt::print(
+        "world of {} ranks: dp {} -> {}, micro-batch {} x {} -> {} x {} per rank, global batch {} "
+        "kept\n",
+        env->size, before.parallel.dp, config.parallel.dp, before.micro_batch, before.micro_batches,
+        config.micro_batch, config.micro_batches, config.global_batch);
+  }
+}
+
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
   apply_layout_flags(cmd, args.layout, config.parallel);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
+  const TransportKind transport = parse_transport(config.parallel.transport);
+  refit_to_shrunk_world(config, transport);
   const ParallelConfig& layout = config.parallel;
-  const TransportKind transport = parse_transport(layout.transport);
   const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
   // Everything that can be checked before a rank starts is checked here, once.
   validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});

@@ -77,6 +77,10 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   job_dir_ = make_job_dir(options_.shm_root);
   std::filesystem::create_directory(job_dir_ / "store");
   std::filesystem::create_directory(snapshot_root(job_dir_));
+  if (options_.min_ranks < 1 || options_.min_ranks > options_.nproc) {
+    LATTICE_THROW(ConfigError, "--min-ranks {} must lie in [1, --nproc-per-node {}]",
+                  options_.min_ranks, options_.nproc);
+  }
   ranks_.resize(size_t(options_.nproc));
 }
 
@@ -97,7 +101,7 @@ void Agent::start_generation() {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  for (int r = 0; r < options_.nproc; ++r) {
+  for (int r = 0; r < world(); ++r) {
     Rank& rank = ranks_[size_t(r)];
     rank = Rank{};
     rank.status = RankStatusMap::create(rank_status_path(job_dir_, r));
@@ -109,7 +113,9 @@ void Agent::start_generation() {
     env.push_back(fmt::format("LATTICE_AGENT_PID={}", int(::getpid())));
     env.push_back(fmt::format("LATTICE_RANK={}", r));
     env.push_back(fmt::format("LATTICE_LOCAL_RANK={}", r));
-    env.push_back(fmt::format("LATTICE_WORLD_SIZE={}", options_.nproc));
+    env.push_back(fmt::format("LATTICE_WORLD_SIZE={}", world()));
+    // A world smaller than the command's layout: the ranks refit it (TrainConfig::refit_to_world).
+    if (world() != options_.nproc) env.push_back("LATTICE_REFIT_WORLD=1");
     env.push_back(fmt::format("LATTICE_GENERATION={}", generation_));
     env.push_back(fmt::format("LATTICE_STORE={}", (job_dir_ / "store").string()));
     std::vector<char*> envp;
@@ -169,14 +175,14 @@ RankFailure Agent::describe(int culprit, const std::string& cause, double detect
       "rank {} failed in generation {} at step {}: {} (detected {:.2f} s "
       "after its last sign of life)",
       culprit, generation_, failure.step, cause, detected_after_s);
-  for (int r = 0; r < options_.nproc; ++r) failure.report += "\n    " + rank_state(r);
+  for (int r = 0; r < world(); ++r) failure.report += "\n    " + rank_state(r);
   return failure;
 }
 
 std::optional<RankFailure> Agent::poll() {
   const ElasticConfig& e = options_.elastic;
   std::optional<int> ended_with_error;  // a rank that exited non-zero (perhaps for a peer)
-  for (int r = 0; r < options_.nproc; ++r) {
+  for (int r = 0; r < world(); ++r) {
     Rank& rank = ranks_[size_t(r)];
     if (rank.exited) continue;
     int status = 0;
@@ -198,7 +204,7 @@ std::optional<RankFailure> Agent::poll() {
   std::optional<int> stuck;
   int64_t stuck_since = 0;
   bool stuck_waiting = false;
-  for (int r = 0; r < options_.nproc; ++r) {
+  for (int r = 0; r < world(); ++r) {
     const Rank& rank = ranks_[size_t(r)];
     if (rank.exited) continue;
     const RankStatus& s = **rank.status;
@@ -264,7 +270,7 @@ int Agent::terminate() {
   spdlog::warn(
       "agent: signal {} received: asking the {} ranks to finish their step and write a "
       "checkpoint (grace {} s)",
-      stop_requested(), options_.nproc, options_.grace_s);
+      stop_requested(), world(), options_.grace_s);
   for (Rank& rank : ranks_) {
     if (!rank.exited) ::kill(rank.pid, SIGTERM);
   }
@@ -326,17 +332,34 @@ int Agent::run() {
     kill_all();
     failures_.push_back(*failure);
     spdlog::error("agent: {}", failure->report);
+    if (ranks_[size_t(failure->rank)].exit_code == kInvalidInputExitCode) {
+      spdlog::error(
+          "agent: rank {} refused its input (exit code {}): a restart would refuse it "
+          "again, so the job ends ---> HINT: fix what its error names",
+          failure->rank, kInvalidInputExitCode);
+      return 1;
+    }
     const int restarts = ++restarts_[failure->rank];
     const int at_step = ++step_failures_[failure->step];
     if (restarts > options_.max_restarts) {
-      spdlog::error(
-          "agent: rank {} failed {} times, more than --max-restarts {}: the job ends "
-          "---> HINT: look at the rank's error above; raise --max-restarts to retry "
-          "more often",
-          failure->rank, restarts, options_.max_restarts);
-      return 1;
-    }
-    if (at_step >= options_.same_step_failures) {
+      if (world() - 1 < options_.min_ranks) {
+        spdlog::error(
+            "agent: rank {} failed {} times, more than --max-restarts {}, and the world "
+            "of {} cannot shrink below --min-ranks {}: the job ends ---> HINT: look at "
+            "the rank's error above; lower --min-ranks to go on with fewer ranks",
+            failure->rank, restarts, options_.max_restarts, world(), options_.min_ranks);
+        return 1;
+      }
+      // Shrink: the world goes on without the failing rank's slot (the ranks refit the layout,
+      // the global batch kept, and restore the snapshot resharded onto it).
+      ranks_.pop_back();
+      restarts_.clear();
+      step_failures_.clear();
+      spdlog::warn(
+          "agent: rank {} failed {} times, more than --max-restarts {}: the job goes on "
+          "with {} ranks (--min-ranks {})",
+          failure->rank, restarts, options_.max_restarts, world(), options_.min_ranks);
+    } else if (at_step >= options_.same_step_failures) {
       spdlog::error(
           "agent: step {} failed {} times (rank {}: {}): the same fault at the same "
           "step would repeat, so the job ends instead of looping ---> HINT: fix what "
@@ -353,7 +376,7 @@ int Agent::run() {
     spdlog::warn(
         "agent: generation {}: restarting {} ranks from {} (restart {} of rank {}, at "
         "most {})",
-        generation_, options_.nproc,
+        generation_, world(),
         snapshot ? fmt::format("the in-memory snapshot of step {}", *snapshot)
                  : std::string("the start (no snapshot yet)"),
         restarts, failure->rank, options_.max_restarts);

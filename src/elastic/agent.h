@@ -12,8 +12,9 @@
 // (step, phase, collective) is older than elastic.progress_timeout_s (stuck). Recovery today
 // restarts the whole world under the next generation (a store prefix of its own, so no rank of
 // an older generation can meet the new one): every rank restores the newest snapshot that all
-// of them committed and goes on, losing at most the step in flight. A rank that fails more than
-// --max-restarts times, or three failures at one step, end the job with the reason.
+// of them committed and goes on. A rank that fails more than --max-restarts times is dropped
+// (the world shrinks, down to --min-ranks; the ranks refit the layout keeping the global
+// batch); three failures at one step, or a rank refusing its input, end the job.
 #pragma once
 
 #include <sys/types.h>
@@ -29,9 +30,14 @@
 
 namespace lattice {
 
+// The exit code of a rank that refused its input (a ConfigError: a layout that does not fit,
+// a malformed config): restarting it cannot help.
+inline constexpr int kInvalidInputExitCode = 3;
+
 struct AgentOptions {
   int nproc = 1;         // ranks on this node (the world, on one node)
   int max_restarts = 3;  // restarts allowed per rank
+  int min_ranks = 1;     // a rank failing more often is dropped while the world stays >= this
   double grace_s = 30;   // SIGTERM: how long the ranks have to checkpoint and exit
   // The rank command after `--`: "train", CONFIG, its flags (`--transport gloo` is added).
   std::vector<std::string> command;
@@ -67,6 +73,7 @@ class Agent {
   int run();
   const std::vector<RankFailure>& failures() const { return failures_; }
   const std::filesystem::path& job_dir() const { return job_dir_; }
+  int world() const { return int(ranks_.size()); }  // ranks of the current generation
 
  private:
   struct Rank {

@@ -1,5 +1,6 @@
 #include "train/train_config.h"
 
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -593,6 +594,30 @@ void TrainConfig::check_timeout_ladder() const {
                   "(30 s) or lower elastic.progress_timeout_s",
                   collective_timeout_s(), elastic.progress_timeout_s);
   }
+}
+
+void TrainConfig::refit_to_world(int world) {
+  resolve_batch(parallel.dp);
+  const int model_ranks = parallel.tp * parallel.pp;
+  // The world sizes up to the current one that keep the global batch whole.
+  std::vector<int> fitting;
+  for (int dp = 1; dp * model_ranks <= parallel.world_size(); ++dp) {
+    if (global_batch % dp == 0) fitting.push_back(dp * model_ranks);
+  }
+  if (world % model_ranks != 0 || global_batch % (world / model_ranks) != 0) {
+    LATTICE_THROW(ConfigError,
+                  "no layout of {} ranks keeps the run: tp × pp = {} × {} must divide the world "
+                  "and the global batch of {} sequences must split over dp = world / (tp × pp) "
+                  "---> HINT: world sizes that keep it: {}",
+                  world, parallel.tp, parallel.pp, global_batch, fmt::join(fitting, ", "));
+  }
+  const int64_t dp = world / model_ranks;
+  const int64_t rows = global_batch / dp;  // per rank and step
+  int64_t batch = std::min(micro_batch, rows);
+  while (rows % batch != 0) --batch;
+  parallel.dp = int(dp);
+  micro_batch = batch;
+  micro_batches = rows / batch;
 }
 
 void TrainConfig::resolve_batch(int64_t dp) {

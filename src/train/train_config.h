@@ -110,6 +110,11 @@ struct TrainConfig {
   // ranks, or throws ConfigError showing the formula when they are inconsistent or indivisible.
   void resolve_batch(int64_t dp = 1);
   int64_t tokens_per_step() const { return global_batch * seq_len; }
+  // Refits the layout to a world of `world` ranks (an elastic run that lost ranks): tp and pp
+  // stay, dp becomes world / (tp·pp), and the global batch is kept by more micro-batches per
+  // rank (the largest micro-batch up to the old one that divides the rank's rows). ConfigError
+  // naming the constraint and the world sizes that would keep it when none does.
+  void refit_to_world(int world);
 };
 
 // Reads a TOML file, then applies overrides "section.key=value" in order.

@@ -213,10 +213,84 @@ TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise
   expect_final_equals_baseline(dir, 2);
 }
 
+// The last step's loss in a metrics file (JSON lines), at full precision.
+double last_loss(const std::filesystem::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  std::smatch m;
+  if (!std::regex_search(last, m, std::regex("\"loss\":([-0-9.e+]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+// Four ranks with a global batch of 12 (3 sequences each); rank 1 fails once more than
+// --max-restarts 0 allows, at step 5, and the job goes on with three ranks (4 sequences each,
+// as 2 micro-batches of 2), then once more at step 7 and goes on with two.
+TEST_F(ElasticLaunch, ShrinkKeepsTheGlobalBatchAndEqualsTheRunResumedAtTheNewLayout) {
+  const std::vector<std::string> batch = {"--set", "batch.micro_batch=3"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  // The uninterrupted run, with a durable checkpoint after every step.
+  const auto full = out_dir("shrink_full");
+  const CliResult base = run_cli(
+      launch(4, full,
+             with(batch, {"--set", "output.checkpoint_every=1", "--set", "output.keep_last=20",
+                          "--metrics", (full / "metrics.jsonl").string()})),
+      kLimitS);
+  ASSERT_EQ(base.exit_code, 0) << base.all();
+
+  for (const int survivors : {3, 2}) {
+    const auto dir = out_dir("shrink_to" + std::to_string(survivors));
+    std::vector<std::string> args =
+        launch(4, dir, with(batch, {"--metrics", (dir / "metrics.jsonl").string()}));
+    args.insert(args.begin() + 2,
+                {"--max-restarts", "0", "--min-ranks", std::to_string(survivors)});
+    const std::string faults =
+        survivors == 3 ? "kill@backward:1:5" : "kill@backward:1:5,kill@forward:1:7";
+    const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=" + faults});
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    EXPECT_NE(r.err.find("the job goes on with " + std::to_string(survivors) + " ranks"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
+    // Losses within 1e-5 of the uninterrupted run.
+    const double loss = last_loss(dir / "metrics.jsonl");
+    const double reference = last_loss(full / "metrics.jsonl");
+    EXPECT_NEAR(loss, reference, 1e-5 * std::abs(reference)) << r.out;
+    // 4 -> 3: bitwise the run resumed at the new layout from the step the shrink restored (the
+    // uninterrupted run's checkpoint of that step holds the same state). 4 -> 3 -> 2 trained at
+    // dp 3 in between, which no durable checkpoint holds: losses only.
+    if (survivors != 3) continue;
+    std::smatch m;
+    std::string out = r.out;
+    int restored = -1;
+    while (std::regex_search(out, m, std::regex("in-memory snapshot of step (\\d+)"))) {
+      restored = std::stoi(m[1]);
+      out = m.suffix();
+    }
+    ASSERT_GE(restored, 1) << r.out;
+    const auto resumed = out_dir("shrink_resumed" + std::to_string(survivors));
+    const CliResult again = run_cli(
+        launch(survivors, resumed,
+               {"--set", "batch.micro_batch=2", "--set", "batch.micro_batches=2", "--resume",
+                (full / "checkpoints" / ("step_" + std::to_string(restored))).string()}),
+        kLimitS);
+    ASSERT_EQ(again.exit_code, 0) << again.all();
+    for (int rank = 0; rank < survivors; ++rank) {
+      const std::string file = "final/rank_0000" + std::to_string(rank) + ".safetensors";
+      EXPECT_TRUE(same_bytes(dir / file, resumed / file)) << file;
+    }
+  }
+}
+
 TEST_F(ElasticLaunch, ABadCommandIsAClearError) {
   const CliResult r = run_cli(
       {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--", "sample", "x"}, kLimitS);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);  // the input was refused (a ConfigError)
   EXPECT_NE(r.err.find("runs `train CONFIG [flags]` after `--`"), std::string::npos) << r.err;
 }
 

@@ -197,5 +197,36 @@ TEST(TrainConfig, GlobalBatchIsDerivedOrRejectedWithTheFormula) {
   EXPECT_THROW(c.resolve_batch(1), ConfigError);  // one number is not enough
 }
 
+TEST(TrainConfig, RefitToASmallerWorldKeepsTheGlobalBatch) {
+  TrainConfig c = parse_train_config("[batch]\nmicro_batch = 3\n[parallel]\ndp = 4\n", "test.toml");
+  TrainConfig three = c;
+  three.refit_to_world(3);
+  EXPECT_EQ(three.parallel.dp, 3);
+  EXPECT_EQ(three.global_batch, 12);
+  EXPECT_EQ(three.micro_batch, 2);  // 4 rows per rank: the largest micro-batch up to 3 dividing 4
+  EXPECT_EQ(three.micro_batches, 2);
+  TrainConfig two = c;
+  two.refit_to_world(2);
+  EXPECT_EQ(two.parallel.dp, 2);
+  EXPECT_EQ(two.micro_batch, 3);
+  EXPECT_EQ(two.micro_batches, 2);
+  EXPECT_NO_THROW(two.resolve_batch(two.parallel.dp));  // consistent as it stands
+}
+
+TEST(TrainConfig, RefitThatCannotKeepTheBatchNamesTheWorldSizesThatWould) {
+  TrainConfig c = parse_train_config("[batch]\nmicro_batch = 2\n[parallel]\ndp = 2\ntp = 2\n",
+                                     "test.toml");  // G = 4
+  try {
+    c.refit_to_world(3);
+    ADD_FAILURE() << "a world of 3 was accepted for tp 2";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tp × pp = 2 × 1 must divide the world"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("world sizes that keep it: 2, 4"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lattice
