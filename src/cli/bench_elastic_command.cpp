@@ -1,14 +1,17 @@
 // `lattice bench elastic`: what a failure costs an elastic run, next to the uninterrupted run.
 //
 //   lattice bench elastic configs/shakespeare-char.toml --nproc 2 --steps 60 --fault-step 30
-//       [--kinds kill,stop,hang,throw] [--set key=value ...]
+//       [--repeat 3] [--warmup 5] [--kinds kill,stop,hang,throw] [--set key=value ...]
 //
 // Runs `lattice launch --nproc-per-node N -- train CONFIG --dp N` (one after another, in this
-// process's agent): without snapshots and with a snapshot after every step (the snapshot's
-// overhead: the ratio of their median step times, rank 0's), then once per fault kind with
+// process's agent): without snapshots and with a snapshot after every step, alternating,
+// `--repeat` rounds (the snapshot's overhead: the ratio of their median step times, rank 0's,
+// past `--warmup` steps of each run), then once per fault kind with
 // LATTICE_FAULT=kind@backward:1:STEP: the agent's detection time (from the rank's last sign of
 // life), its recovery time (from detection to the first step trained after the restore), the
-// steps lost (the fault's step minus the snapshot restored) and the run's extra wall time.
+// steps lost (the fault's step minus the snapshot restored) and their sum as time, the lost
+// steps priced at the median step (the runs' wall times differ by more than that on a busy
+// machine).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -35,24 +38,28 @@ struct BenchElasticArgs {
   int nproc = 2;
   int steps = 60;
   int fault_step = 30;
+  int repeat = 3;  // alternating rounds of the two uninterrupted runs
+  int warmup = 5;  // steps of each run left out of its step times
   std::vector<std::string> kinds{"kill", "stop", "hang", "throw"};
 };
 
 struct ElasticRun {
   double wall_s = 0;
-  double median_step_ms = 0;
+  std::vector<double> step_ms;  // rank 0's, after the warm-up
   std::vector<RankFailure> failures;
   int exit_code = 0;
 };
 
-// The median of rank 0's step times in a metrics file (JSON lines).
-double median_step_ms(const std::filesystem::path& metrics) {
+// Rank 0's step times in a metrics file (JSON lines), past the first `warmup` steps.
+std::vector<double> step_times_ms(const std::filesystem::path& metrics, int warmup) {
   std::ifstream in(metrics);
   std::vector<double> ms;
   for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) ms.push_back(nlohmann::json::parse(line).at("ms").get<double>());
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("step").get<int>() > warmup) ms.push_back(j.at("ms").get<double>());
   }
-  return ms.empty() ? 0.0 : median(ms);
+  return ms;
 }
 
 ElasticRun run_once(const BenchElasticArgs& args, const std::vector<std::string>& sets,
@@ -82,7 +89,7 @@ ElasticRun run_once(const BenchElasticArgs& args, const std::vector<std::string>
     run.failures = agent.failures();
   }
   run.wall_s = wall.seconds();
-  run.median_step_ms = median_step_ms(metrics);
+  run.step_ms = step_times_ms(metrics, args.warmup);
   ::unsetenv("LATTICE_FAULT");
   if (run.exit_code != 0) {
     LATTICE_THROW(CommError,
@@ -101,17 +108,28 @@ void run_bench_elastic(const BenchElasticArgs& args) {
   }
   fmt::print("# lattice bench elastic: {} on {} rank processes (gloo), {} steps, load {}\n",
              args.config, args.nproc, args.steps, load_average());
-  const ElasticRun plain = run_once(args, {"elastic.snapshot_every=0"}, "");
-  const ElasticRun snapshots = run_once(args, {}, "");
-  fmt::print("uninterrupted, no snapshots:     {:8.2f} ms/step (median), {:.2f} s wall\n",
-             plain.median_step_ms, plain.wall_s);
+  // The two uninterrupted runs alternate, so that a change in the machine's load hits both.
+  std::vector<double> plain_ms, snapshot_ms;
+  double plain_wall = 0, snapshot_wall = 0;
+  for (int round = 0; round < args.repeat; ++round) {
+    const ElasticRun plain = run_once(args, {"elastic.snapshot_every=0"}, "");
+    const ElasticRun snapshots = run_once(args, {}, "");
+    plain_ms.insert(plain_ms.end(), plain.step_ms.begin(), plain.step_ms.end());
+    snapshot_ms.insert(snapshot_ms.end(), snapshots.step_ms.begin(), snapshots.step_ms.end());
+    plain_wall += plain.wall_s / args.repeat;
+    snapshot_wall += snapshots.wall_s / args.repeat;
+  }
+  const double plain_median = median(plain_ms), snapshot_median = median(snapshot_ms);
   fmt::print(
-      "uninterrupted, snapshot a step:  {:8.2f} ms/step (median), {:.2f} s wall: snapshot "
-      "overhead {:+.1f}% of the step\n",
-      snapshots.median_step_ms, snapshots.wall_s,
-      100.0 * (snapshots.median_step_ms / plain.median_step_ms - 1.0));
+      "uninterrupted, no snapshots:     {:8.2f} ms/step (median of {} steps), {:.2f} s wall\n",
+      plain_median, plain_ms.size(), plain_wall);
+  fmt::print(
+      "uninterrupted, snapshot a step:  {:8.2f} ms/step (median of {} steps), {:.2f} s "
+      "wall: snapshot overhead {:+.1f}% of the step\n",
+      snapshot_median, snapshot_ms.size(), snapshot_wall,
+      100.0 * (snapshot_median / plain_median - 1.0));
   fmt::print("\n{:<8} {:>12} {:>12} {:>11} {:>14}  cause\n", "fault", "detection s", "recovery s",
-             "steps lost", "extra wall s");
+             "steps lost", "cost s");
   for (const std::string& kind : args.kinds) {
     const std::string fault = fmt::format("{}@backward:1:{}", kind, args.fault_step);
     const ElasticRun run = run_once(args, {}, fault);
@@ -121,7 +139,9 @@ void run_bench_elastic(const BenchElasticArgs& args) {
     }
     const RankFailure& f = run.failures.front();
     fmt::print("{:<8} {:>12.3f} {:>12.3f} {:>11} {:>14.2f}  {}\n", kind, f.detected_after_s,
-               f.recovery_s, args.fault_step - f.restored_step, run.wall_s - snapshots.wall_s,
+               f.recovery_s, args.fault_step - f.restored_step,
+               f.detected_after_s + f.recovery_s +
+                   double(args.fault_step - f.restored_step) * snapshot_median / 1e3,
                f.cause);
   }
   fmt::print("# load at the end {}\n", load_average());
@@ -139,6 +159,10 @@ void register_bench_elastic_command(CLI::App& app) {
   cmd->add_option("--nproc", args->nproc, "Rank processes")->check(CLI::Range(2, 64));
   cmd->add_option("--steps", args->steps, "Steps of each run")->check(CLI::PositiveNumber);
   cmd->add_option("--fault-step", args->fault_step, "The step each fault fires in (rank 1)");
+  cmd->add_option("--repeat", args->repeat, "Alternating rounds of the uninterrupted runs")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "Steps of each run left out of its step times")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kinds", args->kinds, "Fault kinds: kill, stop, hang, throw")->delimiter(',');
   cmd->callback([args] { run_bench_elastic(*args); });
 }

@@ -278,7 +278,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   }
 
   std::optional<MetricsLog> metrics;
-  if (lead && !args.metrics.empty()) metrics.emplace(args.metrics);
+  if (lead && !args.metrics.empty()) metrics.emplace(args.metrics, trainer.step());
   std::optional<double> last_val;
   std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
   std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);

@@ -20,9 +20,20 @@ std::string format_progress(const StepMetrics& m, int64_t total_steps, double pe
   return line;
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& path) {
+MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t continue_after) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::string kept;
+  if (continue_after > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].get<int64_t>() <= continue_after) {
+        kept += line + "\n";
+      }
+    }
+  }
   out_.open(path, std::ios::out | std::ios::trunc);
+  out_ << kept;
   if (!out_) LATTICE_THROW(IoError, "cannot write metrics file '{}'", path.string());
 }
 

@@ -17,7 +17,10 @@ std::string format_progress(const StepMetrics& m, int64_t total_steps, double pe
 // val_loss on evaluation steps.
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::filesystem::path& path);
+  // A new file; or, for a run that continues after `continue_after` steps (a resume, a restart
+  // from a snapshot), the existing file's records of steps up to it, the later ones dropped (they
+  // are trained again).
+  explicit MetricsLog(const std::filesystem::path& path, int64_t continue_after = 0);
   void write(const StepMetrics& m, double peak_flops);
 
  private:

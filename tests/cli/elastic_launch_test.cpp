@@ -118,8 +118,18 @@ class ElasticFault : public ElasticLaunch, public ::testing::WithParamInterface<
 TEST_P(ElasticFault, IsDetectedAndTheRunEndsBitwiseAsTheUninterruptedOne) {
   const FaultCase& c = GetParam();
   const auto dir = out_dir(c.name);
-  const CliResult r = run_cli(launch(2, dir), kLimitS, {"LATTICE_FAULT=" + c.fault});
+  const std::filesystem::path metrics = dir / "metrics.jsonl";
+  const CliResult r = run_cli(launch(2, dir, {"--metrics", metrics.string()}), kLimitS,
+                              {"LATTICE_FAULT=" + c.fault});
   ASSERT_EQ(r.exit_code, 0) << r.all();
+  // The metrics hold every step once, in order: the steps trained again replace the lost ones.
+  std::ifstream lines(metrics);
+  int expected_step = 1;
+  for (std::string line; std::getline(lines, line); ++expected_step) {
+    EXPECT_NE(line.find("\"step\":" + std::to_string(expected_step) + ","), std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(expected_step, 11);
   EXPECT_NE(r.err.find("failed in generation 0 at step " + std::to_string(c.fault_step)),
             std::string::npos)
       << r.err;
@@ -285,6 +295,26 @@ TEST_F(ElasticLaunch, ShrinkKeepsTheGlobalBatchAndEqualsTheRunResumedAtTheNewLay
       EXPECT_TRUE(same_bytes(dir / file, resumed / file)) << file;
     }
   }
+}
+
+TEST_F(ElasticLaunch, BenchElasticReportsEachFaultNextToTheUninterruptedRun) {
+  const CliResult r =
+      run_cli({LATTICE_EXECUTABLE, "bench", "elastic", config_->string(), "--nproc", "2", "--steps",
+               "10", "--fault-step", "5", "--repeat", "1", "--warmup", "1", "--kinds", "kill,stop"},
+              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("uninterrupted, no snapshots:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("snapshot overhead"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m, std::regex("kill +([0-9.]+) +([0-9.]+) +([0-9]+) +[0-9.]+ +killed by signal 9")))
+      << r.out;
+  EXPECT_LT(std::stod(m[1]), 6.0);  // detection
+  EXPECT_GT(std::stod(m[2]), 0.0);  // recovery, timed
+  EXPECT_LE(std::stoi(m[3]), 2);    // steps lost
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("stop +([0-9.]+) .* no heartbeat"))) << r.out;
+  EXPECT_GE(std::stod(m[1]), 1.0);  // the heartbeat timeout
+  EXPECT_LT(std::stod(m[1]), 6.0);
 }
 
 TEST_F(ElasticLaunch, ABadCommandIsAClearError) {
