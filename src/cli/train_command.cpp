@@ -1,5 +1,5 @@
 // `lattice train CONFIG.toml [--set key=value ...] [--metrics FILE] [--dp N --zero 0|1|2|3 ...]
-// [--tp N [--sp]] [--transport threads|mpi]`: trains with a progress line per step, validation
+// [--tp N [--sp]] [--transport threads|mpi|gloo]`: trains with a progress line per step, validation
 // every eval.interval steps, a final checkpoint and, if sample.tokens > 0, sampled text at the
 // end. The ranks form a dp × tp mesh (tp fastest) on in-process threads or, under mpirun, on MPI
 // (docs/data-parallel.md, docs/tensor-parallel.md); every rank evaluates and samples in step,

@@ -54,6 +54,7 @@ struct PipelineRun {
   double val_loss = 0.0;
   std::vector<float> rank0_params;
   PipelineStepStats rank0_stats;
+  size_t rank0_activation_peak = 0;  // bytes
 };
 
 PipelineRun train(const TrainConfig& config, const Layout& l) {
@@ -90,6 +91,8 @@ PipelineRun train(const TrainConfig& config, const Layout& l) {
       const Tensor& master = trainer.model().parameters().master();
       run.rank0_params.assign(master.data<float>(), master.data<float>() + master.numel());
       run.rank0_stats = trainer.pipeline_stats();
+      run.rank0_activation_peak =
+          arena.stats().peak_by_category[size_t(MemoryCategory::kActivations)];
     }
   });
   return run;
@@ -127,8 +130,18 @@ TEST_P(PipelineEquivalence, TenStepsMatchTheSingleRankRun) {
       std::string("pp_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   const TrainConfig config = pipeline_config(c.preset, dir);
   const PipelineRun single = train(config, {.shape = {1, 1, 1}});
-  const PipelineRun split =
-      train(config, {.shape = {c.pp, 1, 1}, .schedule = c.schedule, .virtual_stages = c.v});
+  const Layout layout{.shape = {c.pp, 1, 1},
+                      .schedule = c.schedule,
+                      .virtual_stages = c.v,
+                      .recompute = c.recompute};
+  const PipelineRun split = train(config, layout);
+  if (c.recompute != Recompute::kNone) {
+    // Recompute really ran: the stage kept fewer activation bytes than without it.
+    Layout kept = layout;
+    kept.recompute = Recompute::kNone;
+    EXPECT_LT(split.rank0_activation_peak, train(config, kept).rank0_activation_peak)
+        << recompute_name(c.recompute);
+  }
   expect_matches(
       single, split,
       fmt::format("{} pp{} {} v{}", c.preset, c.pp, schedule_kind_name(c.schedule), c.v));
