@@ -7,20 +7,10 @@
 #include <numeric>
 
 #include "comm/communicator.h"
+#include "comm/hash_mix.h"
 
 namespace lattice {
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step over the running hash
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Communicator Communicator::split(int color, int key, const CollectiveOptions& options) {
   // Everyone learns everyone's (color, key), then each rank keeps those with its color.
@@ -35,7 +25,8 @@ Communicator Communicator::split(int color, int key, const CollectiveOptions& op
   }
   std::stable_sort(ranks.begin(), ranks.end(),
                    [&](int a, int b) { return all[size_t(2 * a + 1)] < all[size_t(2 * b + 1)]; });
-  const uint64_t context = mix(mix(mix(context_, ++groups_made_), 0x5350u), uint64_t(color));
+  const uint64_t context =
+      hash_mix(hash_mix(hash_mix(context_, ++groups_made_), 0x5350u), uint64_t(color));
   std::vector<int> world;
   for (int r : ranks) world.push_back(members_[size_t(r)]);
   int new_rank = int(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
@@ -52,8 +43,8 @@ std::optional<Communicator> Communicator::new_group(const std::vector<int>& rank
                   "new_group on group '{}': ranks {} must be distinct ranks of the group (0..{})",
                   name_, ranks, size() - 1);
   }
-  uint64_t context = mix(mix(context_, ++groups_made_), 0x4e47u);
-  for (int r : ranks) context = mix(context, uint64_t(r));
+  uint64_t context = hash_mix(hash_mix(context_, ++groups_made_), 0x4e47u);
+  for (int r : ranks) context = hash_mix(context, uint64_t(r));
   auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return std::nullopt;
   std::vector<int> world;

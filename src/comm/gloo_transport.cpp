@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/hash_mix.h"
 #include "comm/reduce_kernels.h"
 
 namespace lattice {
@@ -29,15 +30,6 @@ using UnboundBuffer = gloo::transport::UnboundBuffer;
 
 // Gloo wants a pointer even for an empty message; it reads and writes none of it.
 std::byte g_empty[8];
-
-uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step over the running hash
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
 
 // What is left of `deadline`, for Gloo's waits. Zero means "check once" there (only -1 means
 // "the context's default"); a day bounds it so that Gloo's now() + timeout cannot overflow.
@@ -305,8 +297,8 @@ GlooTransport::GlooTransport(int rank, int size, std::shared_ptr<gloo::Context> 
 GlooTransport::~GlooTransport() = default;
 
 uint64_t GlooTransport::slot(MessageKey key, size_t bytes) {
-  return mix(mix(mix(0x474c4f4f534c4f54ull /* "GLOOSLOT" */, key.context), key.tag),
-             uint64_t(bytes));
+  return hash_mix(hash_mix(hash_mix(0x474c4f4f534c4f54ull /* "GLOOSLOT" */, key.context), key.tag),
+                  uint64_t(bytes));
 }
 
 void GlooTransport::check_peer(int peer, const char* what) const {
@@ -339,16 +331,6 @@ void GlooTransport::recv(int peer, MessageKey key, void* data, size_t bytes, Dea
   // false only after abortWaitRecv(), which this transport never calls.
   LATTICE_CHECK(done, "gloo aborted a recv from rank {}", peer);
   retire(std::move(buffer));
-}
-
-void GlooTransport::recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype,
-                                ReduceOp op, Deadline deadline) {
-  const size_t bytes = size_t(count) * dtype_size(dtype);
-  // Per thread: a rank's compute thread and its gradient comm thread may both be here at once.
-  thread_local std::vector<std::byte> staging;
-  if (staging.size() < bytes) staging.resize(bytes);
-  recv(peer, key, staging.data(), bytes, deadline);
-  reduce_into(acc, staging.data(), count, dtype, op);
 }
 
 void GlooTransport::retire(std::unique_ptr<UnboundBuffer> buffer) {

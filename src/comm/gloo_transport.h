@@ -86,8 +86,6 @@ class GlooTransport : public Transport, public std::enable_shared_from_this<Gloo
 
   PendingSendPtr post_send(int peer, MessageKey key, const void* data, size_t bytes) override;
   void recv(int peer, MessageKey key, void* data, size_t bytes, Deadline deadline) override;
-  void recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype, ReduceOp op,
-                   Deadline deadline) override;
 
   // The Gloo slot of a message of `bytes` bytes with `key`: splitmix64 steps over (context, tag,
   // bytes). Deterministic, so both sides compute it alone; two keys in flight at once collide

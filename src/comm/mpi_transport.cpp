@@ -198,16 +198,6 @@ void MpiTransport::recv(int peer, MessageKey key, void* data, size_t bytes, Dead
   }
 }
 
-void MpiTransport::recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype,
-                               ReduceOp op, Deadline deadline) {
-  const size_t bytes = size_t(count) * dtype_size(dtype);
-  // Per thread: a rank's compute thread and its gradient comm thread may both be here at once.
-  thread_local std::vector<std::byte> staging;
-  if (staging.size() < bytes) staging.resize(bytes);
-  recv(peer, key, staging.data(), bytes, deadline);
-  reduce_into(acc, staging.data(), count, dtype, op);
-}
-
 void MpiTransport::run_native(uint64_t context, const NativeCall& call, Deadline deadline) {
   MPI_Comm comm = group(context).collectives;
   int grank = 0, gsize = 1;

@@ -39,8 +39,6 @@ class MpiTransport : public Transport {
   void create_context(uint64_t context, const std::vector<int>& members) override;
   PendingSendPtr post_send(int peer, MessageKey key, const void* data, size_t bytes) override;
   void recv(int peer, MessageKey key, void* data, size_t bytes, Deadline deadline) override;
-  void recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype, ReduceOp op,
-                   Deadline deadline) override;
   bool has_native() const override { return true; }
   void run_native(uint64_t context, const NativeCall& call, Deadline deadline) override;
 

@@ -68,8 +68,10 @@ class Transport {
   virtual PendingSendPtr post_send(int peer, MessageKey key, const void* data, size_t bytes) = 0;
   virtual void recv(int peer, MessageKey key, void* data, size_t bytes, Deadline deadline) = 0;
   // Receives `count` elements and folds them into `acc`: acc[i] = op(acc[i], incoming[i]).
+  // By default recv() into a staging buffer of the calling thread (a rank's compute thread and
+  // its gradient comm thread may both be here at once), then the fold.
   virtual void recv_reduce(int peer, MessageKey key, void* acc, int64_t count, DType dtype,
-                           ReduceOp op, Deadline deadline) = 0;
+                           ReduceOp op, Deadline deadline);
 
   // Arrival board for timeout reports: a rank records that it entered call `seq` of a group;
   // missing_ranks() returns the members (group ranks) that have not entered it, or nullopt

@@ -119,6 +119,19 @@ inline CliResult run_cli(std::vector<std::string> args, double limit_s,
   return CliProcess(std::move(args), std::move(extra_env)).wait(limit_s);
 }
 
+// A tiny GPT-2 config (micro-batch 2, T 32, one thread per rank) on a small corpus written
+// into `data_dir`; `extra` is more TOML (sections after [train]'s keys). Returns its path.
+inline std::filesystem::path write_tiny_config(const std::filesystem::path& data_dir, int steps,
+                                               const std::string& extra) {
+  const std::filesystem::path config = data_dir / "tiny.toml";
+  std::ofstream(config) << "[model]\npreset = \"gpt2-tiny\"\n"
+                        << "[data]\ndir = \"" << data_dir.string() << "\"\n"
+                        << "[batch]\nmicro_batch = 2\nseq_len = 32\n"
+                        << "[train]\nsteps = " << steps << "\nthreads = 1\n"
+                        << extra;
+  return config;
+}
+
 // Whether two files hold the same bytes.
 inline bool same_bytes(const std::filesystem::path& a, const std::filesystem::path& b) {
   return std::filesystem::exists(a) && std::filesystem::exists(b) && read_text(a) == read_text(b);

@@ -18,12 +18,8 @@ class ElasticLaunch : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new std::filesystem::path(make_corpus_dir("elastic_cli_" + std::to_string(::getpid())));
-    config_ = new std::filesystem::path(*data_ / "tiny.toml");
-    std::ofstream(*config_) << "[model]\npreset = \"gpt2-tiny\"\n"
-                            << "[data]\ndir = \"" << data_->string() << "\"\n"
-                            << "[batch]\nmicro_batch = 2\nseq_len = 32\n"
-                            << "[train]\nsteps = 10\nthreads = 1\n"
-                            << "[eval]\ninterval = 0\nbatches = 2\n";
+    config_ = new std::filesystem::path(
+        write_tiny_config(*data_, 10, "[eval]\ninterval = 0\nbatches = 2\n"));
   }
   static void TearDownTestSuite() {
     // This process's output directories and corpus.

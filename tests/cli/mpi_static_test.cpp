@@ -14,12 +14,8 @@ class MpiStatic : public ::testing::TestWithParam<std::string> {
   static void SetUpTestSuite() {
     data_ =
         new std::filesystem::path(make_corpus_dir("mpi_static_cli_" + std::to_string(::getpid())));
-    config_ = new std::filesystem::path(*data_ / "tiny.toml");
-    std::ofstream(*config_) << "[model]\npreset = \"gpt2-tiny\"\n"
-                            << "[data]\ndir = \"" << data_->string() << "\"\n"
-                            << "[batch]\nmicro_batch = 2\nseq_len = 32\n"
-                            << "[train]\nsteps = 30\nthreads = 1\n"
-                            << "[parallel]\ntimeout_s = 1\n";
+    config_ =
+        new std::filesystem::path(write_tiny_config(*data_, 30, "[parallel]\ntimeout_s = 1\n"));
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*data_);
