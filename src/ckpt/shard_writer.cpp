@@ -197,6 +197,7 @@ void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Mani
   write_text_atomically(staging / kManifestFileName, manifest_to_text(manifest));
   call_hook(options, CommitStage::kManifestWritten);
 
+  if (options.fence) options.fence();
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   try {
     if (fs::exists(target)) {

@@ -83,6 +83,9 @@ struct CommitOptions {
   // on the thread that writes it; a throw is that rank's write failing (a full disk).
   std::function<void(int rank)> before_write = {};
   std::function<void(CommitStage)> hook = {};  // tests only: called as each stage is reached
+  // Called by the committing rank just before the rename that makes a checkpoint visible; a
+  // throw refuses the commit (an elastic rank whose generation was replaced: docs/elastic.md).
+  std::function<void()> fence = {};
 };
 
 // Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.

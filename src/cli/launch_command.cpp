@@ -1,10 +1,11 @@
-// `lattice launch --nproc-per-node N [--max-restarts K] [--min-ranks R] [--grace-s S] -- train
-// CONFIG [flags]`:
-// the elastic engine on one machine (docs/elastic.md). The agent starts N rank processes of
-// `lattice train ... --transport gloo`, watches their heartbeats and progress, keeps their
-// in-memory snapshots, and when a rank dies, stops or hangs restarts the world from the newest
-// snapshot. SIGTERM (preemption) is forwarded: the ranks finish their step, write a durable
-// checkpoint under output.dir and exit 0.
+// `lattice launch --nproc-per-node N [--max-restarts K] [--min-ranks R] [--spares S]
+// [--grace-s S] -- train CONFIG [flags]`: the elastic engine on one machine (docs/elastic.md).
+// The agent starts N rank processes of `lattice train ... --transport gloo` (and S idle
+// spares), watches their heartbeats and progress, keeps their in-memory snapshots, and when a
+// rank dies, stops or hangs replaces it (a spare or a new process) while the survivors rejoin
+// the next generation in their processes, all from the newest snapshot. SIGTERM (preemption)
+// is forwarded: the ranks finish their step, write a durable checkpoint under output.dir and
+// exit 0.
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct LaunchArgs {
   int nproc_per_node = 1;
   int max_restarts = 3;
   int min_ranks = 0;  // 0: --nproc-per-node (no shrinking)
+  int spares = 0;
   double grace_s = 30.0;
   std::vector<std::string> command;
 };
@@ -33,6 +35,7 @@ void run_launch(const LaunchArgs& args) {
   options.max_restarts = args.max_restarts;
   options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node;
   options.grace_s = args.grace_s;
+  options.spares = args.spares;
   install_stop_request_handlers();
   Agent agent(std::move(options));
   if (agent.run() != 0) {
@@ -78,6 +81,9 @@ void register_launch_command(CLI::App& app) {
                   "Go on with fewer ranks, down to this many, when one fails more than "
                   "--max-restarts times (default: --nproc-per-node, never shrink)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--spares", args->spares,
+                  "Extra processes started idle; a failed rank's place goes to one of them")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--grace-s", args->grace_s,
                   "After SIGTERM: seconds the ranks have to finish their step and checkpoint")
       ->check(CLI::PositiveNumber);

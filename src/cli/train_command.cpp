@@ -26,6 +26,7 @@
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
+#include "elastic/elastic_rank.h"
 #include "elastic/rank_session.h"
 #include "model/generate.h"
 #include "parallel/device_mesh.h"
@@ -115,6 +116,8 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   }
   TrainerCheckpointOptions options{.async = true};
   options.commit.keep_last = 2;
+  // A rank of a replaced generation never commits into the new one's snapshots (fencing).
+  options.commit.fence = [session] { session->check_current(); };
   std::optional<TrainerCheckpointer> snapshots;
   snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
   return snapshots;
@@ -131,7 +134,7 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, bool lead) {
   load_trainer_checkpoint(choice->dir, trainer);
   if (lead) {
     fmt::print("restored from the in-memory snapshot of step {} (generation {})\n", choice->step,
-               session->agent()->generation);
+               session->generation());
   }
   return true;
 }
@@ -417,22 +420,26 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
   }
 }
 
-// An agent that went on with fewer ranks (lattice launch --min-ranks) restarts the command as it
-// was given: the layout is refit to the world it has, the global batch kept.
-void refit_to_shrunk_world(TrainConfig& config, TransportKind transport) {
-  if (transport != TransportKind::kGloo || std::getenv("LATTICE_REFIT_WORLD") == nullptr) return;
-  const std::optional<GlooLaunchEnvironment> env = detect_gloo_environment();
-  if (!env || env->size == config.parallel.world_size()) return;
+// An agent that went on with fewer ranks (lattice launch --min-ranks) runs the command as it
+// was given in a smaller world: the layout is refit to it, the global batch kept.
+TrainConfig refit_to_shrunk_world(const TrainConfig& config, const Assignment& assignment) {
+  if (!assignment.refit || assignment.world == config.parallel.world_size()) return config;
   TrainConfig before = config;
   before.resolve_batch(before.parallel.dp);
-  config.refit_to_world(env->size);
-  if (env->rank == 0) {
+  TrainConfig refit = config;
+  refit.refit_to_world(assignment.world);
+  if (assignment.rank == 0) {
     fmt::print(
         "world of {} ranks: dp {} -> {}, micro-batch {} x {} -> {} x {} per rank, global batch {} "
         "kept\n",
-        env->size, before.parallel.dp, config.parallel.dp, before.micro_batch, before.micro_batches,
-        config.micro_batch, config.micro_batches, config.global_batch);
+        assignment.world, before.parallel.dp, refit.parallel.dp, before.micro_batch,
+        before.micro_batches, refit.micro_batch, refit.micro_batches, refit.global_batch);
   }
+  return refit;
+}
+
+MeshShape mesh_shape(const ParallelConfig& layout) {
+  return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
@@ -440,9 +447,8 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   apply_layout_flags(cmd, args.layout, config.parallel);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
   const TransportKind transport = parse_transport(config.parallel.transport);
-  refit_to_shrunk_world(config, transport);
   const ParallelConfig& layout = config.parallel;
-  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
+  const MeshShape shape = mesh_shape(layout);
   // Everything that can be checked before a rank starts is checked here, once.
   validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});
   const int cores = available_cores();
@@ -461,6 +467,25 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   comm_config.timeout = std::chrono::milliseconds(int64_t(config.collective_timeout_s() * 1e3));
   install_stop_request_handlers();  // SIGTERM: finish the step, checkpoint, exit 0
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
+  if (transport == TransportKind::kGloo && detect_agent_link()) {
+    // A rank process of `lattice launch`: it joins each generation its agent assigns, and
+    // outlives the ones that lose a peer.
+    RankSession session(0, config.elastic);
+    run_elastic_rank(
+        session,
+        [&](Communicator& comm, const Assignment& assignment) {
+          try {
+            const TrainConfig generation_config = refit_to_shrunk_world(config, assignment);
+            DeviceMesh mesh(comm, mesh_shape(generation_config.parallel));
+            train_rank(args, generation_config, mesh, trace_origin, &session);
+          } catch (const std::exception& e) {
+            session.record_error(e.what());
+            throw;
+          }
+        },
+        comm_config);
+    return;
+  }
   launch_ranks(
       transport, world,
       [&](Communicator& comm) {

@@ -73,8 +73,9 @@ class FileStore : public gloo::rendezvous::FileStore {
 // deadline. Gloo's own get() waits the store's 30 s default, whatever the context's timeout.
 class DeadlineStore : public gloo::rendezvous::Store {
  public:
-  DeadlineStore(gloo::rendezvous::Store& inner, Deadline deadline)
-      : inner_(inner), deadline_(deadline) {}
+  DeadlineStore(gloo::rendezvous::Store& inner, Deadline deadline,
+                std::function<bool()> abandon = {})
+      : inner_(inner), deadline_(deadline), abandon_(std::move(abandon)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     inner_.set(key, data);
@@ -88,7 +89,22 @@ class DeadlineStore : public gloo::rendezvous::Store {
     // Never zero: a zero timeout means "wait forever" to Gloo's stores.
     milliseconds left = std::max(time_left(deadline_), milliseconds(1));
     if (timeout != gloo::kNoTimeout) left = std::min(left, timeout);
-    inner_.wait(keys, left);
+    if (!abandon_) return inner_.wait(keys, left);
+    // In slices, asking between them whether the rendezvous is still wanted.
+    const auto end = CommClock::now() + left;
+    for (;;) {
+      const milliseconds slice = std::min(std::max(time_left(end), milliseconds(1)), kSlice);
+      try {
+        inner_.wait(keys, slice);
+        return;
+      } catch (const gloo::IoException&) {
+        if (CommClock::now() >= end) throw;
+      }
+      if (abandon_()) {
+        LATTICE_THROW(CommError, "the gloo rendezvous was abandoned while waiting for {}",
+                      ::gloo::MakeString(keys));
+      }
+    }
   }
   // Whether `key` is set now (waits a millisecond at most).
   bool has(const std::string& key) {
@@ -101,8 +117,10 @@ class DeadlineStore : public gloo::rendezvous::Store {
   }
 
  private:
+  static constexpr milliseconds kSlice{20};
   gloo::rendezvous::Store& inner_;
   Deadline deadline_;
+  std::function<bool()> abandon_;
 };
 
 // Gloo's TCP device resolves the bind address itself but reads an uninitialised result when the
@@ -257,7 +275,7 @@ std::shared_ptr<GlooTransport> GlooTransport::create(gloo::rendezvous::Store& st
   const Deadline deadline = CommClock::now() + options.timeout;
   std::optional<gloo::rendezvous::PrefixStore> prefixed;
   if (!options.prefix.empty()) prefixed.emplace(options.prefix, store);
-  DeadlineStore bounded(prefixed ? *prefixed : store, deadline);
+  DeadlineStore bounded(prefixed ? *prefixed : store, deadline, options.abandon);
   meet(bounded, options);
 
   check_resolves(options.hostname);

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,6 +63,9 @@ struct GlooOptions {
   // Rendezvous deadline (every rank must arrive and connect within it) and Gloo's default
   // operation timeout. Calls through a Communicator pass their own deadlines.
   std::chrono::milliseconds timeout{30000};
+  // Polled while the rendezvous waits: true gives it up with a CommError (an elastic rank whose
+  // generation the agent replaced before every rank had arrived).
+  std::function<bool()> abandon = {};
 };
 
 class GlooTransport : public Transport, public std::enable_shared_from_this<GlooTransport> {

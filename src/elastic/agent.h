@@ -9,12 +9,16 @@
 //
 // A rank has failed when its process ends with an error or a signal, when its heartbeat is
 // older than elastic.heartbeat_timeout_s (killed or stopped), or when it beats but its progress
-// (step, phase, collective) is older than elastic.progress_timeout_s (stuck). Recovery today
-// restarts the whole world under the next generation (a store prefix of its own, so no rank of
-// an older generation can meet the new one): every rank restores the newest snapshot that all
-// of them committed and goes on. A rank that fails more than --max-restarts times is dropped
-// (the world shrinks, down to --min-ranks; the ranks refit the layout keeping the global
-// batch); three failures at one step, or a rank refusing its input, end the job.
+// (step, phase, collective) is older than elastic.progress_timeout_s (stuck). Recovery keeps
+// the survivors: the agent kills the failed process, starts generation g+1 (a store prefix of
+// its own, so no rank of an older generation can meet the new world) with a replacement in its
+// place — a waiting spare (--spares) or a new process — and assigns every survivor its place
+// in it through its status record; the survivors, whose generation ended with the lost peer,
+// join the new one in the same process (elastic_rank.h), and every rank restores the newest
+// snapshot that all of them committed. A rank that fails more than --max-restarts times is
+// dropped instead (the world shrinks, down to --min-ranks; the ranks refit the layout keeping
+// the global batch); three failures at one step, or a rank refusing its input, end the job. A
+// rank whose compute per step is far above the others' is reported as a straggler, not killed.
 #pragma once
 
 #include <sys/types.h>
@@ -36,6 +40,7 @@ inline constexpr int kInvalidInputExitCode = 3;
 
 struct AgentOptions {
   int nproc = 1;         // ranks on this node (the world, on one node)
+  int spares = 0;        // processes started idle, each to take a failed rank's place
   int max_restarts = 3;  // restarts allowed per rank
   int min_ranks = 1;     // a rank failing more often is dropped while the world stays >= this
   double grace_s = 30;   // SIGTERM: how long the ranks have to checkpoint and exit
@@ -58,6 +63,16 @@ struct RankFailure {
   std::string report;           // the whole message, every rank's state
   int64_t restored_step = -1;   // the snapshot the next generation restored (0: the start)
   double recovery_s = -1;       // detection to the first step trained after the restore
+  int survivors_kept = 0;       // processes of the old generation that joined the new one
+  bool replaced_by_spare = false;
+};
+
+// A rank reported as a straggler (once per rank and generation).
+struct Straggler {
+  int rank = 0;
+  int64_t step = 0;
+  double compute_s = 0;        // its compute in the last step
+  double others_median_s = 0;  // the other ranks' median
 };
 
 class Agent {
@@ -72,39 +87,57 @@ class Agent {
   // checkpoint and exit within options.grace_s.
   int run();
   const std::vector<RankFailure>& failures() const { return failures_; }
+  const std::vector<Straggler>& stragglers() const { return stragglers_; }
   const std::filesystem::path& job_dir() const { return job_dir_; }
   int world() const { return int(ranks_.size()); }  // ranks of the current generation
 
  private:
-  struct Rank {
+  // One process the agent started: a rank of the current generation or a waiting spare.
+  struct Process {
+    int id = -1;  // its status record, process<id>.status
     pid_t pid = -1;
     std::optional<RankStatusMap> status;
     bool exited = false;
     int exit_code = 0;  // when exited normally
     int signal = 0;     // when killed by a signal
+    // Straggler watch: the step last looked at, how many steps in a row it was slow.
+    int64_t seen_step = -1;
+    int slow_steps = 0;
+    bool reported_slow = false;
   };
 
-  void start_generation();
+  // Starts a process; with `rank` >= 0 it is assigned that rank of the current generation.
+  Process spawn(int rank);
+  void assign(Process& process, int rank);
+  // Reaps `process` if it ended; true when it has.
+  bool reap(Process& process);
   // Reaps exits and checks liveness; returns the failure of this poll, if any.
   std::optional<RankFailure> poll();
+  void watch_stragglers();
+  // Starts generation g+1 after `failure`; false when the job must end instead.
+  bool recover(RankFailure& failure);
   RankFailure describe(int culprit, const std::string& cause, double detected_after_s) const;
   std::string rank_state(int r) const;
+  void kill(Process& process);
   void kill_all();
   bool all_exited_ok() const;
   // SIGTERM: forward to the ranks, wait for them up to the grace period.
   int terminate();
+  void time_recovery();
 
   AgentOptions options_;
   std::filesystem::path job_dir_;
   int64_t generation_ = 0;
-  std::vector<Rank> ranks_;
+  int next_process_ = 0;
+  std::vector<Process> ranks_;   // index: rank in the current generation
+  std::vector<Process> spares_;  // started, waiting for an assignment
   std::vector<RankFailure> failures_;
+  std::vector<Straggler> stragglers_;
   std::map<int, int> restarts_;           // per rank
   std::map<int64_t, int> step_failures_;  // per step
   // The failure whose recovery is still being timed, and when it was detected.
   std::optional<size_t> recovering_;
   int64_t recovering_since_ns_ = 0;
-  void time_recovery();
 };
 
 }  // namespace lattice

@@ -62,6 +62,8 @@ class FaultInjector {
   // faults due for this rank at (phase, step). A kill or stop never returns normally.
   void at(Phase phase, int64_t step);
   const std::vector<FaultSpec>& faults() const { return faults_; }
+  // The rank this process is now (an elastic rank may join a later generation as another one).
+  void set_rank(int rank) { rank_ = rank; }
 
  private:
   // Claims one firing of fault `index`; false when it has fired `times` already.

@@ -149,7 +149,12 @@ void RankStatusReporter::on_step(int64_t step) {
     RankStatus& status = **map_;
     const int64_t now = steady_now_ns();
     const int64_t started = status.step_started_ns.exchange(now);
-    if (started != 0) status.last_step_ns.store(now - started, std::memory_order_relaxed);
+    if (started != 0) {
+      status.last_step_ns.store(now - started, std::memory_order_relaxed);
+      status.last_step_compute_ns.store(
+          std::max<int64_t>(0, now - started - collective_ns_in_step_), std::memory_order_relaxed);
+    }
+    collective_ns_in_step_ = 0;
     status.step.store(step, std::memory_order_release);
     touch();
   }
@@ -167,7 +172,12 @@ void RankStatusReporter::on_phase(Phase phase) {
 void RankStatusReporter::on_collective(std::string_view group, uint64_t seq) {
   const bool training =
       training_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
-  if (training) phase_before_collective_ = phase_;
+  // Nested (a collective inside the wait for the gradient reductions): the outer one counts.
+  const bool outermost = training && collective_depth_++ == 0;
+  if (outermost) {
+    phase_before_collective_ = phase_;
+    collective_started_ns_ = steady_now_ns();
+  }
   if (map_) {
     (*map_)->collective_group.store(group);
     (*map_)->collective_seq.store(seq, std::memory_order_release);
@@ -178,10 +188,27 @@ void RankStatusReporter::on_collective(std::string_view group, uint64_t seq) {
 }
 
 void RankStatusReporter::on_collective_end() {
-  if (!map_ || training_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+  if (training_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id() ||
+      collective_depth_ == 0 || --collective_depth_ > 0 || !map_) {
     return;
   }
+  collective_ns_in_step_ += steady_now_ns() - collective_started_ns_;
   (*map_)->phase.store(uint32_t(phase_before_collective_), std::memory_order_release);
+  touch();
+}
+
+void RankStatusReporter::begin_generation(int64_t generation, int rank) {
+  if (faults_ != nullptr) faults_->set_rank(rank);
+  if (!map_) return;
+  RankStatus& status = **map_;
+  status.generation.store(generation, std::memory_order_release);
+  status.step_started_ns.store(0);
+  status.last_step_ns.store(0);
+  status.last_step_compute_ns.store(0);
+  status.error.store("");
+  collective_ns_in_step_ = 0;
+  collective_depth_ = 0;
+  status.phase.store(uint32_t(Phase::kStarting), std::memory_order_release);
   touch();
 }
 

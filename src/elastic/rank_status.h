@@ -31,7 +31,7 @@ struct AtomicText {
 
 // Lock-free atomics are address-free, so they work across processes in a shared mapping.
 struct RankStatus {
-  static constexpr uint64_t kMagic = 0x4c41545354415431ull;  // "LATSTAT1"
+  static constexpr uint64_t kMagic = 0x4c41545354415432ull;  // "LATSTAT2"
   uint64_t magic = kMagic;
   std::atomic<int64_t> pid{0};
   std::atomic<int64_t> generation{0};
@@ -42,6 +42,16 @@ struct RankStatus {
   std::atomic<uint64_t> collective_seq{0};
   std::atomic<int64_t> step_started_ns{0};
   std::atomic<int64_t> last_step_ns{0};  // duration of the last finished step
+  // Of it, the time the training thread was not waiting in a collective (a straggler's is long).
+  std::atomic<int64_t> last_step_compute_ns{0};
+  // The agent's assignment, written by the agent and read by the rank: the generation to join,
+  // this process's rank and world size in it, and whether the layout is to be refit to a world
+  // smaller than the command's. The generation is stored last (release), so a rank that sees a
+  // new one sees the rest; -1: none yet (a spare).
+  std::atomic<int32_t> assigned_rank{-1};
+  std::atomic<int32_t> assigned_world{0};
+  std::atomic<uint32_t> assigned_refit{0};
+  std::atomic<int64_t> assigned_generation{-1};
   // Text fields, packed 8 characters a word so that the compute and comm threads may both
   // write them (a read between two writers' words shows a mixed name, never a torn word).
   AtomicText<8> collective_group;
@@ -93,6 +103,8 @@ class RankStatusReporter : public ProgressSink {
   void on_collective_end() override;
   // Leaves `message` for the agent (the error that ends the rank).
   void record_error(std::string_view message);
+  // Enters a generation: the record says it, and the injected faults fire for `rank`.
+  void begin_generation(int64_t generation, int rank);
 
  private:
   void touch() {
@@ -104,6 +116,9 @@ class RankStatusReporter : public ProgressSink {
   std::atomic<std::thread::id> training_thread_{};
   Phase phase_before_collective_ = Phase::kStarting;  // training thread only
   Phase phase_ = Phase::kStarting;                    // training thread only
+  int64_t collective_started_ns_ = 0;                 // training thread only
+  int64_t collective_ns_in_step_ = 0;                 // training thread only
+  int collective_depth_ = 0;                          // training thread only
   FaultInjector* faults_;
   std::chrono::milliseconds heartbeat_interval_;
   std::atomic<bool> stopping_{false};

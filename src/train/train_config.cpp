@@ -394,6 +394,17 @@ const std::map<std::string, Setter>& setters() {
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      c.elastic.snapshot_every = get_non_negative(n, k);
                    }},
+                  {"elastic.straggler_factor",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     const double f = get_float(n, k);
+                     if (!(f == 0.0 || (f > 1.0 && f <= 1000.0))) {
+                       LATTICE_THROW(ConfigError,
+                                     "config key '{}' = {} must be 0 (off) or a factor above 1 "
+                                     "---> HINT: e.g. 3: a rank 3x slower than the others",
+                                     k, f);
+                     }
+                     c.elastic.straggler_factor = f;
+                   }},
               };
   return table;
 }

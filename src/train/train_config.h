@@ -48,6 +48,9 @@ struct ElasticConfig {
   double heartbeat_timeout_s = 1.0;  // no heartbeat for this long: the rank is dead or stopped
   double progress_timeout_s = 2.0;   // heartbeat but no progress for this long: stuck
   int64_t snapshot_every = 1;        // in-memory snapshot every N steps; 0: none
+  // A rank whose compute per step (outside collectives) exceeds this many times the median of
+  // the others' for 3 steps in a row is reported as a straggler (not killed); 0: never.
+  double straggler_factor = 2.0;
 };
 
 struct TrainConfig {

@@ -245,6 +245,10 @@ void Trainer::share_updated_values() {
   }
 }
 
+// The training thread waiting for the comm thread's gradient reductions is a rank waiting for
+// its peers: reported as a collective (the agent tells a straggler by the time outside them).
+constexpr std::string_view kGradientWait = "dp gradients";
+
 double Trainer::run_micro_batches(double global_tokens) {
   const int64_t B = config_.micro_batch;
   const int64_t M = config_.micro_batches;
@@ -265,6 +269,7 @@ double Trainer::run_micro_batches(double global_tokens) {
       model_->backward(float(1.0 / global_tokens));
       model_->set_grad_ready_hook({});
       backward_scope.finish();
+      const CollectiveReport waiting(kGradientWait, 0);  // waits for the peers' buckets
       sharded_gradients_->finish_backward();
       continue;
     }
@@ -278,7 +283,10 @@ double Trainer::run_micro_batches(double global_tokens) {
     model_->set_grad_ready_hook({});
     backward_scope.finish();
   }
-  if (reducer_ != nullptr) reducer_->finish();
+  if (reducer_ != nullptr) {
+    const CollectiveReport waiting(kGradientWait, 0);  // waits for the peers' buckets
+    reducer_->finish();
+  }
   if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
   return loss_sum;
 }
@@ -298,6 +306,7 @@ double Trainer::run_pipeline(double global_tokens) {
   ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
   pipeline_stats_ = runtime_->run(pipeline_schedule_.per_rank[size_t(pp_rank_)], stage);
   if (reducer_ != nullptr) {
+    const CollectiveReport waiting(kGradientWait, 0);
     reducer_->begin_step();
     reducer_->finish();
   }

@@ -158,5 +158,28 @@ TEST(CommitProtocol, ForeignAndStagingDirectoriesAreNotCheckpoints) {
   EXPECT_FALSE(root.latest_step().has_value());
 }
 
+// An elastic rank of a replaced generation (docs/elastic.md, fencing) refuses to commit: the
+// fence throws before the rename, and the previous checkpoint stays the newest.
+TEST(CommitFence, AFenceThatThrowsRefusesTheCommit) {
+  const fs::path root_dir = testing::scratch_dir("commit_fence");
+  CheckpointRoot root(root_dir);
+  StepTensors tensors;
+  save_sharded_checkpoint(root, header(1), tensors.at(1), {});
+  int fenced = 0;
+  CommitOptions options;
+  options.fence = [&] {
+    ++fenced;
+    throw CommError("generation 0 was replaced by generation 1 (fenced)");
+  };
+  EXPECT_THROW(save_sharded_checkpoint(root, header(2), tensors.at(2), options), CommError);
+  EXPECT_EQ(fenced, 1);
+  EXPECT_FALSE(fs::exists(root.step_dir(2)));
+  EXPECT_EQ(resumed_step(root_dir), 1);
+  options.fence = [&] { ++fenced; };  // a current generation commits
+  save_sharded_checkpoint(root, header(2), tensors.at(2), options);
+  EXPECT_EQ(fenced, 2);
+  EXPECT_EQ(resumed_step(root_dir), 2);
+}
+
 }  // namespace
 }  // namespace lattice

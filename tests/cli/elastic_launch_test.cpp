@@ -96,6 +96,19 @@ class ElasticLaunch : public ::testing::Test {
     return std::stod(m[1]);
   }
 
+  // The survivor `rank` of generation 0 joined generation 1 in its own process: the pid the
+  // failure report gives it is the one the new generation lists as kept.
+  static void expect_survivor_kept(const std::string& err, int rank) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        err, m,
+        std::regex("rank " + std::to_string(rank) + R"( \(host [^,]+, pid (\d+)\): running)")))
+        << err;
+    EXPECT_NE(err.find("generation 1: ranks"), std::string::npos) << err;
+    EXPECT_NE(err.find(std::to_string(rank) + " (pid " + m[1].str() + ", kept)"), std::string::npos)
+        << err;
+  }
+
   static std::filesystem::path* data_;
   static std::filesystem::path* config_;
 };
@@ -107,6 +120,8 @@ struct FaultCase {
   std::string fault;
   std::string cause;  // what the agent's report says
   int fault_step;
+  int culprit;
+  friend void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.fault; }
 };
 
 class ElasticFault : public ElasticLaunch, public ::testing::WithParamInterface<FaultCase> {};
@@ -130,7 +145,12 @@ TEST_P(ElasticFault, IsDetectedAndTheRunEndsBitwiseAsTheUninterruptedOne) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find(c.cause), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("generation 1: restarting 2 ranks"), std::string::npos) << r.err;
+  // The survivor stays in its process; the failed rank's place goes to a new one.
+  expect_survivor_kept(r.err, c.culprit == 0 ? 1 : 0);
+  EXPECT_NE(r.err.find(std::to_string(c.culprit) + " (pid "), std::string::npos) << r.err;
+  EXPECT_TRUE(
+      std::regex_search(r.err, std::regex(std::to_string(c.culprit) + R"( \(pid \d+, new\))")))
+      << r.err;
   // Detected within the ladder's bound (progress timeout 2 s), generously.
   const double detected = detected_after(r.err);
   EXPECT_GE(detected, 0.0) << r.err;
@@ -145,15 +165,15 @@ TEST_P(ElasticFault, IsDetectedAndTheRunEndsBitwiseAsTheUninterruptedOne) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, ElasticFault,
-    ::testing::Values(FaultCase{"kill_forward", "kill@forward:1:5", "killed by signal 9", 5},
-                      FaultCase{"kill_backward", "kill@backward:0:4", "killed by signal 9", 4},
-                      FaultCase{"kill_collective", "kill@collective:1:6", "killed by signal 9", 6},
-                      FaultCase{"kill_optimizer", "kill@optimizer:1:3", "killed by signal 9", 3},
-                      FaultCase{"kill_snapshot", "kill@snapshot:0:5", "killed by signal 9", 5},
-                      FaultCase{"stop", "stop@forward:1:4", "no heartbeat", 4},
-                      FaultCase{"livelock", "hang@backward:1:5", "no progress", 5},
-                      FaultCase{"throw", "throw@optimizer:1:4",
-                                "injected fault throw@optimizer:1:4", 4}),
+    ::testing::Values(
+        FaultCase{"kill_forward", "kill@forward:1:5", "killed by signal 9", 5, 1},
+        FaultCase{"kill_backward", "kill@backward:0:4", "killed by signal 9", 4, 0},
+        FaultCase{"kill_collective", "kill@collective:1:6", "killed by signal 9", 6, 1},
+        FaultCase{"kill_optimizer", "kill@optimizer:1:3", "killed by signal 9", 3, 1},
+        FaultCase{"kill_snapshot", "kill@snapshot:0:5", "killed by signal 9", 5, 0},
+        FaultCase{"stop", "stop@forward:1:4", "no heartbeat", 4, 1},
+        FaultCase{"livelock", "hang@backward:1:5", "no progress", 5, 1},
+        FaultCase{"throw", "throw@optimizer:1:4", "injected fault throw@optimizer:1:4", 4, 1}),
     [](const auto& info) { return info.param.name; });
 
 TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
@@ -162,7 +182,7 @@ TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
   const CliResult r =
       run_cli(launch(2, dir), kLimitS, {"LATTICE_FAULT=kill@backward:1:5,kill@recovery:0:*"});
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_NE(r.err.find("generation 2: restarting"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation 2: ranks"), std::string::npos) << r.err;
   expect_final_equals_baseline(dir, 2);
 }
 
@@ -189,6 +209,38 @@ TEST_F(ElasticLaunch, FourOversubscribedRanksRecoverBitwise) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_NE(r.err.find("rank 2 failed in generation 0 at step 5"), std::string::npos) << r.err;
   expect_final_equals_baseline(dir, 4);
+}
+
+TEST_F(ElasticLaunch, ASpareTakesTheFailedRanksPlace) {
+  const auto dir = out_dir("spare");
+  std::vector<std::string> args = launch(2, dir);
+  args.insert(args.begin() + 2, {"--spares", "1"});
+  const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=kill@forward:1:5"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  expect_survivor_kept(r.err, 0);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(1 \(pid \d+, a spare\))"))) << r.err;
+  EXPECT_FALSE(std::regex_search(r.err, std::regex(R"(\(pid \d+, new\))"))) << r.err;
+  expect_final_equals_baseline(dir, 2);
+}
+
+// Rank 1 sleeps 150 ms in every forward from step 2 on (the demo's steps take a few ms here):
+// the agent names it a straggler and leaves it running; the run ends as the uninterrupted one.
+TEST_F(ElasticLaunch, AStragglerIsReportedAndNotKilled) {
+  const auto dir = out_dir("straggler");
+  const CliResult r = run_cli(launch(2, dir), kLimitS,
+                              {"LATTICE_FAULT=slow@forward:1:2", "LATTICE_FAULT_SLOW_MS=150"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.err, m,
+      std::regex(
+          R"(rank 1 \(host [^,]+, pid \d+\) is a straggler: ([0-9.]+) ms of compute per step against a median of ([0-9.]+) ms)")))
+      << r.err;
+  EXPECT_GT(std::stod(m[1]), 150.0);
+  EXPECT_GT(std::stod(m[1]), 3 * std::stod(m[2]));
+  EXPECT_EQ(r.err.find("failed in generation"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("rank 0 (host"), std::string::npos) << "rank 0 is no straggler\n" << r.err;
+  expect_final_equals_baseline(dir, 2);
 }
 
 TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise) {

@@ -518,6 +518,27 @@ TEST(GlooRendezvous, MissingRankFailsCreateWithinTheTimeoutNamingIt) {
   }
 }
 
+// An elastic rank whose generation the agent replaced before every rank arrived gives up its
+// rendezvous at once instead of waiting out the deadline for a rank that will never come.
+TEST(GlooRendezvous, AnAbandonedRendezvousEndsBeforeItsDeadline) {
+  gloo::rendezvous::HashStore store;
+  GlooOptions options;
+  options.rank = 0;
+  options.size = 2;  // rank 1 never comes
+  options.prefix = "gen3/";
+  options.timeout = 20s;
+  const auto start = Clock::now();
+  options.abandon = [&] { return seconds_since(start) > 0.1; };
+  try {
+    GlooTransport::create(store, options);
+    ADD_FAILURE() << "rank 0 connected to a world missing rank 1";
+  } catch (const CommError& e) {
+    EXPECT_TRUE(contains(e.what(), "abandoned")) << e.what();
+  }
+  EXPECT_GE(seconds_since(start), 0.1);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
 TEST(GlooRendezvous, RanksDisagreeingOnTheWorldSizeAreRefused) {
   gloo::rendezvous::HashStore store;
   std::string error;

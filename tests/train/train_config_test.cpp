@@ -72,6 +72,42 @@ TEST(TrainConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of("", {"nonsense"}).find("section.key=value"), std::string::npos);
 }
 
+TEST(TrainConfig, ElasticSectionIsReadAndItsTimeoutsCheckedInOrder) {
+  const TrainConfig defaults = parse_train_config("", "test.toml");
+  EXPECT_EQ(defaults.elastic.heartbeat_interval_s, 0.1);
+  EXPECT_EQ(defaults.elastic.progress_timeout_s, 2.0);
+  EXPECT_EQ(defaults.elastic.straggler_factor, 2.0);
+  EXPECT_NO_THROW(defaults.check_timeout_ladder());
+  const TrainConfig c = parse_train_config(
+      "[elastic]\nheartbeat_interval_s = 0.2\nheartbeat_timeout_s = 2\nprogress_timeout_s = 4\n"
+      "snapshot_every = 5\nstraggler_factor = 0\n",
+      "test.toml");
+  EXPECT_EQ(c.elastic.heartbeat_interval_s, 0.2);
+  EXPECT_EQ(c.elastic.heartbeat_timeout_s, 2.0);
+  EXPECT_EQ(c.elastic.progress_timeout_s, 4.0);
+  EXPECT_EQ(c.elastic.snapshot_every, 5);
+  EXPECT_EQ(c.elastic.straggler_factor, 0.0);  // off
+  EXPECT_NE(error_of("[elastic]\nstraggler_factor = 0.5\n").find("a factor above 1"),
+            std::string::npos);
+  auto ladder_error = [](const std::string& toml) {
+    try {
+      parse_train_config(toml, "test.toml").check_timeout_ladder();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(ladder_error("[elastic]\nheartbeat_interval_s = 1\nheartbeat_timeout_s = 1\n")
+                .find("must be below elastic.heartbeat_timeout_s"),
+            std::string::npos);
+  EXPECT_NE(ladder_error("[elastic]\nheartbeat_timeout_s = 3\nprogress_timeout_s = 2\n")
+                .find("must not exceed elastic.progress_timeout_s"),
+            std::string::npos);
+  // Under gloo the agent decides before any rank's collective deadline passes.
+  EXPECT_FALSE(ladder_error("[parallel]\ntransport = \"gloo\"\ntimeout_s = 2\n").empty());
+  EXPECT_TRUE(ladder_error("[parallel]\ntransport = \"gloo\"\ntimeout_s = 3\n").empty());
+}
+
 TEST(TrainConfig, ParallelSectionIsReadAndOverriddenLikeAnyOther) {
   const TrainConfig defaults = parse_train_config("", "test.toml");
   EXPECT_EQ(defaults.parallel.dp, 1);

@@ -1,0 +1,67 @@
+#include "elastic/elastic_rank.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "comm/gloo_transport.h"
+#include "core/rank_progress.h"
+
+namespace lattice {
+namespace {
+
+std::string environment(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+}  // namespace
+
+void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommConfig config) {
+  LATTICE_CHECK(session.agent().has_value(), "run_elastic_rank needs a rank started by an agent");
+  const std::string store = environment("LATTICE_STORE", "");
+  const std::string bind_addr = environment("LATTICE_BIND_ADDR", "127.0.0.1");
+  int64_t after = -1;  // the last generation this process joined
+  std::string lost;    // why it left it
+  for (;;) {
+    report_phase(Phase::kStarting);
+    // A spare waits for as long as the job runs; a rank that lost its peers, bounded.
+    const std::optional<Assignment> assignment =
+        session.await_assignment(after, after < 0 ? std::chrono::hours(24 * 365) : config.timeout);
+    if (!assignment) {
+      LATTICE_THROW(CommError,
+                    "generation {} ended ({}) and the agent assigned no new generation within {} "
+                    "ms ---> HINT: the agent's log says why it did not recover the job",
+                    after, lost, config.timeout.count());
+    }
+    session.begin(*assignment);
+    const int64_t generation = assignment->generation;
+    try {
+      GlooOptions options;
+      options.rank = assignment->rank;
+      options.size = assignment->world;
+      options.store_path = store;
+      options.prefix = "gen" + std::to_string(generation) + "/";
+      options.hostname = bind_addr;
+      options.timeout = config.timeout;
+      options.abandon = [&session, generation] {
+        return session.assignment().generation > generation;
+      };
+      Communicator world(GlooTransport::create(options), config);
+      body(world, *assignment);
+      return;
+    } catch (const CommError& e) {
+      lost = e.what();
+    } catch (const TimeoutError& e) {
+      lost = e.what();
+    }
+    after = generation;
+    spdlog::warn(
+        "rank {} of generation {} lost its world and waits for the agent's next generation: {}",
+        assignment->rank, generation, lost);
+  }
+}
+
+}  // namespace lattice
