@@ -1,5 +1,6 @@
 #include "ckpt/checkpoint.h"
 
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -111,15 +112,23 @@ std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimi
 }
 
 std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, int dp_rank,
-                                        Arena& scratch) {
+                                        int dp_size, Arena& scratch) {
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
   // A sharded optimizer's range is this dp rank's to write (ZeRO-1: every range has exactly one
-  // owner); replicas of an unsharded one hold the same numbers, so dp rank 0 writes for all.
-  const int64_t begin = optimizer.shard_begin();
-  const int64_t end = optimizer.sharded() || dp_rank == 0 ? optimizer.shard_end() : begin;
+  // owner). Replicas of an unsharded one hold the same numbers: each writes its 1/dp of the
+  // flat store, so that no rank writes (and stalls on) the whole state for all of them.
+  int64_t begin = optimizer.shard_begin();
+  int64_t end = optimizer.shard_end();
+  int64_t moments_from = 0;
+  if (!optimizer.sharded() && dp_size > 1) {
+    const int64_t total = end - begin;
+    begin = total * dp_rank / dp_size;
+    end = total * (dp_rank + 1) / dp_size;
+    moments_from = begin;
+  }
   auto moments = [&](Tensor& flat) {
-    return flat.view(Shape{flat.numel()}).slice_rows(0, end - begin);
+    return flat.view(Shape{flat.numel()}).slice_rows(moments_from, moments_from + end - begin);
   };
   const bool with_replicated = registry.tensor_parallel().rank == 0;
   return flat_range_shards(registry, store.master(), moments(optimizer.m()), moments(optimizer.v()),
@@ -227,13 +236,36 @@ CheckpointLayout trainer_layout(const Trainer& trainer) {
                           .zero = trainer.parallel().zero};
 }
 
+nlohmann::json resume_keys(const Trainer& trainer) {
+  const TrainConfig& c = trainer.config();
+  return {{"batch.global_batch", c.global_batch},
+          {"batch.seq_len", c.seq_len},
+          {"data.dir", trainer.train_tokens()},  // the training file, by its token count
+          {"data.mode", c.data_mode},
+          {"data.tokenizer", c.tokenizer},
+          {"train.seed", c.seed},
+          {"train.precision", c.compute_dtype == DType::kBF16 ? "bf16" : "fp32"},
+          {"optim.lr", c.lr},
+          {"optim.min_lr", c.min_lr},
+          {"optim.warmup_steps", c.warmup_steps},
+          {"optim.decay_steps", c.decay_steps},
+          {"optim.beta1", c.adam.beta1},
+          {"optim.beta2", c.adam.beta2},
+          {"optim.eps", c.adam.eps},
+          {"optim.weight_decay", c.adam.weight_decay},
+          {"optim.grad_clip", c.grad_clip}};
+}
+
 Manifest trainer_manifest(Trainer& trainer) {
-  return training_manifest(trainer.config(), trainer.model(), trainer_state(trainer),
-                           trainer_layout(trainer));
+  Manifest manifest = training_manifest(trainer.config(), trainer.model(), trainer_state(trainer),
+                                        trainer_layout(trainer));
+  manifest.state["resume_keys"] = resume_keys(trainer);
+  return manifest;
 }
 
 std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch) {
-  return training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), scratch);
+  return training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), trainer.dp_size(),
+                         scratch);
 }
 
 void expect_world_of(const Trainer& trainer, int world_size) {
@@ -295,9 +327,77 @@ void save_trainer_checkpoint_dir(const fs::path& dir, Trainer& trainer, Communic
       });
 }
 
-TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer) {
+namespace {
+
+std::string describe_key(const std::string& key, const nlohmann::json& value) {
+  if (key == "data.dir") return fmt::format("a train.bin of {} tokens", value.dump());
+  if (key == "optim.decay_steps") {
+    return fmt::format("{} (train.steps when optim.decay_steps is unset)", value.dump());
+  }
+  return value.dump();
+}
+
+// ConfigError naming every key whose value differs between the checkpoint and the trainer and
+// is not allowed to.
+void expect_resumable(const fs::path& dir, const nlohmann::json& saved, const Trainer& trainer,
+                      const ResumeOptions& options) {
+  const nlohmann::json now = resume_keys(trainer);
+  for (const std::string& key : options.allow_changes) {
+    if (!now.contains(key)) {
+      std::vector<std::string> keys;
+      for (const auto& item : now.items()) keys.push_back(item.key());
+      LATTICE_THROW(ConfigError,
+                    "--resume-allow-change {}: not a key a resume compares ---> HINT: one of {}",
+                    key, fmt::join(keys, ", "));
+    }
+  }
+  std::vector<std::string> changed, hints, allows;
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key) || saved.at(key) == value) continue;
+    if (std::find(options.allow_changes.begin(), options.allow_changes.end(), key) !=
+        options.allow_changes.end()) {
+      continue;
+    }
+    changed.push_back(fmt::format("{}: saved {}, now {}", key, describe_key(key, saved.at(key)),
+                                  describe_key(key, value)));
+    if (key != "data.dir") hints.push_back(fmt::format("--set {}={}", key, saved.at(key).dump()));
+    allows.push_back("--resume-allow-change " + key);
+  }
+  if (changed.empty()) return;
+  LATTICE_THROW(ConfigError,
+                "cannot resume from {}: the run would not continue the one that saved it; {} "
+                "---> HINT: resume with the saved values ({}), or accept the change with {}",
+                dir.string(), fmt::join(changed, "; "),
+                hints.empty() ? std::string("the same training data")
+                              : fmt::format("{}", fmt::join(hints, " ")),
+                fmt::join(allows, " "));
+}
+
+}  // namespace
+
+TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer,
+                                      const ResumeOptions& options) {
+  bool recorded = false;
+  if (!is_legacy(dir)) {
+    const Manifest manifest = read_manifest(dir);
+    recorded = manifest.state.contains("resume_keys");
+    if (recorded) expect_resumable(dir, manifest.state.at("resume_keys"), trainer, options);
+  }
   TrainingState state = load_training_checkpoint(dir, trainer.model(), trainer.optimizer());
   trainer.set_step(state.step);
+  if (recorded) {
+    DataPosition position = state.data;
+    // An allowed change of the sampling: the saved place in the epoch, in the new order.
+    const auto allowed = [&](const char* key) {
+      return std::find(options.allow_changes.begin(), options.allow_changes.end(), key) !=
+             options.allow_changes.end();
+    };
+    if (allowed("data.mode") || allowed("train.seed")) {
+      position.mode = parse_sampling_mode(trainer.config().data_mode);
+      position.seed = trainer.config().seed;
+    }
+    trainer.restore_data_position(position);
+  }
   return state;
 }
 

@@ -50,12 +50,13 @@ struct TrainingState {
 std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer);
 // The shards one rank of a (tp × dp, ZeRO-0/1) run writes, so that every element is written
 // exactly once: with a ZeRO-sharded optimizer the master weights and moments of its optimizer
-// range (the owning dp rank); otherwise everything on dp rank 0 and nothing on other replicas.
+// range (the owning dp rank); otherwise dp rank r of `dp_size` replicas writes the r-th
+// 1/dp_size of the flat store (the replicas hold the same numbers; the write is balanced).
 // Parameters replicated over tp come from tp rank 0 only; a tp shard is one box per ShardSpec
 // piece (padding never saved). Pieces not contiguous in the store (c_attn's q|k|v columns) are
 // copied into `scratch`; the others borrow the store.
 std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, int dp_rank,
-                                        Arena& scratch);
+                                        int dp_size, Arena& scratch);
 // A manifest header (step, config hash, layout, state) for this run.
 Manifest training_manifest(const TrainConfig& config, const Transformer& model,
                            const TrainingState& state, const CheckpointLayout& layout = {});
@@ -98,11 +99,25 @@ std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root,
 // The same into directory `dir` itself (like save_checkpoint: a run's "final"), on every rank.
 void save_trainer_checkpoint_dir(const std::filesystem::path& dir, Trainer& trainer,
                                  Communicator* world);
-// load_training_checkpoint into the trainer's model and optimizer, then trainer.set_step.
-// Every rank calls it (no collective: each reads what its part holds, whatever layout wrote
-// the checkpoint; a pipeline stage only its layers, a tied copy of the token table the table's
+// The config keys a resume must keep, with this trainer's values: everything that changes the
+// math of the steps still to come (batch and sequence, data stream, seed, LR schedule,
+// optimizer, precision). The layout is not among them: any layout resumes any other.
+nlohmann::json resume_keys(const Trainer& trainer);
+
+struct ResumeOptions {
+  // Keys of resume_keys the resumed run may change (`lattice train --resume-allow-change KEY`).
+  std::vector<std::string> allow_changes;
+};
+
+// load_training_checkpoint into the trainer's model and optimizer, then trainer.set_step and
+// the data position (Trainer::restore_data_position). A checkpoint that records its
+// resume_keys (every one written since they exist) is first compared with the trainer's:
+// ConfigError naming each key that differs with both values, unless options allow it. Every
+// rank calls it (no collective: each reads what its part holds, whatever layout wrote the
+// checkpoint; a pipeline stage only its layers, a tied copy of the token table the table's
 // values and moments).
-TrainingState load_trainer_checkpoint(const std::filesystem::path& dir, Trainer& trainer);
+TrainingState load_trainer_checkpoint(const std::filesystem::path& dir, Trainer& trainer,
+                                      const ResumeOptions& options = {});
 
 // Writes the sharded format into `dir` itself (staged in "<dir>.tmp", committed with a
 // manifest; an existing `dir` is replaced only once the new one is complete).

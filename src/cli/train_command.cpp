@@ -50,9 +50,11 @@ struct TrainArgs {
   // The layout flags: they override the config's [parallel] keys only when given
   // (apply_layout_flags), so their defaults here are never used.
   ParallelConfig layout;
-  std::string trace;        // directory for one Chrome/Perfetto trace per rank; empty: no trace
-  std::string resume;       // a checkpoint directory, or "auto": the newest valid under out_dir
-  bool ckpt_async = false;  // --ckpt-async (output.checkpoint_async)
+  std::string trace;           // directory for one Chrome/Perfetto trace per rank; empty: no trace
+  std::string resume;          // a checkpoint directory, or "auto": the newest valid under out_dir
+  bool ckpt_async = false;     // --ckpt-async (output.checkpoint_async)
+  bool oversubscribe = false;  // more in-process ranks than cores: one thread each
+  std::vector<std::string> resume_allow_changes;  // --resume-allow-change KEY
 };
 
 // The config's [parallel] section with every layout flag given on the command line applied
@@ -249,7 +251,9 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   // Under an agent that restarted the job, the newest in-memory snapshot comes before --resume.
   if (!restore_snapshot(trainer, session, lead)) {
     if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
-      TrainingState state = load_trainer_checkpoint(*dir, trainer);  // each rank reads its shard
+      // Each rank reads its shard; a change of what the math depends on is refused.
+      TrainingState state =
+          load_trainer_checkpoint(*dir, trainer, {.allow_changes = args.resume_allow_changes});
       if (lead) fmt::print("resumed from {} at step {}\n", dir->string(), state.step);
     } else if (lead && !args.resume.empty()) {
       fmt::print("no checkpoint to resume from: starting at step 0\n");
@@ -454,13 +458,24 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {
-    LATTICE_THROW(ConfigError,
-                  "{} in-process ranks (dp {} x tp {} x pp {}) with train.threads = {} need {} "
-                  "cores but {} are available ---> HINT: ranks x threads must not exceed the "
-                  "cores; lower --dp, --tp, --pp (parallel.dp, .tp, .pp) or train.threads, or run "
-                  "under mpirun with --transport mpi",
-                  world, layout.dp, layout.tp, layout.pp, config.threads,
-                  world * std::max(1, config.threads), cores);
+    if (!args.oversubscribe) {
+      LATTICE_THROW(ConfigError,
+                    "{} in-process ranks (dp {} x tp {} x pp {}) with train.threads = {} need {} "
+                    "cores but {} are available ---> HINT: ranks x threads must not exceed the "
+                    "cores; lower --dp, --tp, --pp (parallel.dp, .tp, .pp) or train.threads, run "
+                    "under mpirun with --transport mpi, or pass --oversubscribe to try the "
+                    "layout anyway (one thread per rank; the results are exact, the timings are "
+                    "not)",
+                    world, layout.dp, layout.tp, layout.pp, config.threads,
+                    world * std::max(1, config.threads), cores);
+    }
+    spdlog::warn(
+        "--oversubscribe: {} in-process ranks on {} cores, one thread each{}: the losses and "
+        "checkpoints are those of the layout, but the step times, tokens/s and MFU measure "
+        "the scheduler, not the layout",
+        world, cores,
+        config.threads > 1 ? fmt::format(" (train.threads = {} ignored)", config.threads) : "");
+    config.threads = 1;
   }
   config.check_timeout_ladder();
   CommConfig comm_config;
@@ -538,6 +553,13 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--resume", args->resume,
                   "Continue from a checkpoint directory, or 'auto': the newest valid one under "
                   "output.dir/checkpoints");
+  cmd->add_option("--resume-allow-change", args->resume_allow_changes,
+                  "Resume although this config key differs from the checkpoint's (e.g. "
+                  "batch.global_batch: the data stream goes on from the saved position)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--oversubscribe", args->oversubscribe,
+                "Run more in-process ranks than cores (one thread each) to try a large layout on "
+                "a small machine; timings then mean nothing");
   cmd->add_flag("--ckpt-async", args->ckpt_async,
                 "Periodic checkpoints: snapshot in memory, write on a background thread while "
                 "training continues (output.checkpoint_async)");

@@ -58,6 +58,10 @@ class TokenLoader {
   void read_batch(int64_t batch, const Tensor& inputs, const Tensor& targets) const {
     read_batch_rows(batch, 0, config_.batch_size, inputs, targets);
   }
+  // Rows [row_begin, row_end) of the B sequences starting at sequence `first_sequence` of the
+  // stream (a resumed run whose batch starts elsewhere than batch·B).
+  void read_rows(int64_t first_sequence, int64_t row_begin, int64_t row_end, const Tensor& inputs,
+                 const Tensor& targets) const;
 
   // The cursor: the batch at the cursor is the B sequences starting at sequence
   // epoch·W + index of position(). A fresh loader's cursor is at global batch 0; after k
@@ -74,8 +78,6 @@ class TokenLoader {
   void next(const Tensor& inputs, const Tensor& targets);
 
  private:
-  void read_rows(int64_t first_sequence, int64_t row_begin, int64_t row_end, const Tensor& inputs,
-                 const Tensor& targets) const;
   int64_t window_of(int64_t epoch, int64_t index) const;
   std::shared_ptr<const std::vector<uint32_t>> order_of_epoch(int64_t epoch) const;
 

@@ -165,11 +165,22 @@ void Trainer::set_step(int64_t step) {
 }
 
 DataPosition Trainer::data_position() const {
-  // Global batch k covers sequences [k·G, (k + 1)·G) of the loader's endless stream.
-  const int64_t sequence = step_ * config_.global_batch;
+  // Global batch k covers sequences [k·G, (k + 1)·G) of the loader's endless stream (shifted by
+  // a resume that changed G).
+  const int64_t sequence = first_sequence();
   const int64_t windows = train_loader_->windows_per_epoch();
   return DataPosition{train_loader_->config().mode, train_loader_->config().seed,
                       sequence / windows, sequence % windows};
+}
+
+void Trainer::restore_data_position(const DataPosition& saved) {
+  train_loader_->seek(saved);
+  const int64_t sequence = saved.epoch * train_loader_->windows_per_epoch() + saved.index;
+  stream_offset_ = sequence - step_ * config_.global_batch;
+}
+
+int64_t Trainer::train_tokens() const {
+  return train_loader_->file().size();
 }
 
 double Trainer::flops_per_token() const {
@@ -255,7 +266,7 @@ double Trainer::run_micro_batches(double global_tokens) {
   double loss_sum = 0.0;
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
-    train_loader_->read_batch_rows(step_, row, row + B, micro_.inputs, micro_.targets);
+    train_loader_->read_rows(first_sequence(), row, row + B, micro_.inputs, micro_.targets);
     report_phase(Phase::kForward);
     TraceScope forward_scope("forward", TraceCategory::kCompute, {{"micro_batch", mb}});
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
@@ -301,7 +312,7 @@ double Trainer::run_pipeline(double global_tokens) {
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
     const TokenBatch& batch = pipeline_batches_[size_t(mb)];
-    train_loader_->read_batch_rows(step_, row, row + B, batch.inputs, batch.targets);
+    train_loader_->read_rows(first_sequence(), row, row + B, batch.inputs, batch.targets);
   }
   ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
   pipeline_stats_ = runtime_->run(pipeline_schedule_.per_rank[size_t(pp_rank_)], stage);

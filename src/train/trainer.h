@@ -97,6 +97,11 @@ class Trainer {
   void set_step(int64_t step);            // resume: the next step trains on batch `step`
   // Where the next step's global batch starts in the training data (for checkpoints).
   DataPosition data_position() const;
+  // Resume: the next step's global batch starts where `saved` says, through the loader's
+  // checked seek (ConfigError for another sampling mode or seed, or an index outside this
+  // file's epoch) — also under another global batch, which then reads on from there.
+  void restore_data_position(const DataPosition& saved);
+  int64_t train_tokens() const;  // the training file's token count
   // Model FLOPs per trained token: 6·(parameters) + attention (PaLM appendix B: 12·L·C·T).
   double flops_per_token() const;
 
@@ -127,6 +132,9 @@ class Trainer {
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;
+  // Batch k starts at sequence k·global_batch + stream_offset_ (0 unless a resume moved it).
+  int64_t stream_offset_ = 0;
+  int64_t first_sequence() const { return step_ * config_.global_batch + stream_offset_; }
 
   // The gradient norm of the whole model over the dp and tp groups (each element counted once).
   double global_grad_norm();

@@ -1,0 +1,115 @@
+// `lattice train` through the executable: layouts larger than the machine (--oversubscribe).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "cli/cli_run.h"
+#include "train/test_corpus.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 120;
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::filesystem::path(make_corpus_dir("train_cli_" + std::to_string(::getpid())));
+    config_ = new std::filesystem::path(write_tiny_config(*data_, 4, ""));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*data_);
+    delete data_;
+    delete config_;
+  }
+  static std::vector<std::string> train(const std::filesystem::path& metrics,
+                                        std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        LATTICE_EXECUTABLE, "train", config_->string(),      "--metrics", metrics.string(), "--set",
+        "output.dir=",      "--set", "batch.global_batch=8", "--set",     "sample.tokens=0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  static std::filesystem::path* data_;
+  static std::filesystem::path* config_;
+};
+std::filesystem::path* TrainCli::data_ = nullptr;
+std::filesystem::path* TrainCli::config_ = nullptr;
+
+// Every step's loss in a metrics file (JSON lines).
+std::vector<double> losses(const std::filesystem::path& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> out;
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, m, std::regex("\"loss\":([-0-9.e+]+)"))) {
+      out.push_back(std::stod(m[1]));
+    }
+  }
+  return out;
+}
+
+// Eight in-process ranks (dp 2 x tp 2 x pp 2), each asking for as many threads as the machine
+// has cores: refused without the flag, run with it (one thread per rank) to the single rank's
+// losses.
+TEST_F(TrainCli, OversubscribeRunsALayoutLargerThanTheMachineToTheSingleRanksLosses) {
+  const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<std::string> layout = {"--dp", "2", "--tp",  "2",
+                                           "--pp", "2", "--set", "train.threads=" + cores};
+  const auto dir = std::filesystem::path(*data_);
+  const CliResult refused = run_cli(train(dir / "refused.jsonl", layout), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("8 in-process ranks"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--oversubscribe"), std::string::npos) << refused.err;
+
+  std::vector<std::string> over = layout;
+  over.push_back("--oversubscribe");
+  const CliResult r = run_cli(train(dir / "over.jsonl", over), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("--oversubscribe: 8 in-process ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("measure the scheduler"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("8 rank(s) x 1 thread(s)"), std::string::npos) << r.out;
+
+  const CliResult one = run_cli(train(dir / "one.jsonl", {}), kLimitS);
+  ASSERT_EQ(one.exit_code, 0) << one.all();
+  const std::vector<double> a = losses(dir / "over.jsonl"), b = losses(dir / "one.jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
+}
+
+// A resume that would not continue the saved run is refused through the command, naming the
+// key, both values and the two ways out; --resume-allow-change accepts it.
+TEST_F(TrainCli, ResumeRefusesAChangedGlobalBatchUnlessAllowed) {
+  const auto out = *data_ / "resume_run";
+  std::filesystem::remove_all(out);
+  const std::vector<std::string> save = {"--set", "output.dir=" + out.string(), "--set",
+                                         "output.checkpoint_every=2"};
+  const CliResult first = run_cli(train(*data_ / "first.jsonl", save), kLimitS);
+  ASSERT_EQ(first.exit_code, 0) << first.all();
+  const std::string checkpoint = (out / "checkpoints" / "step_2").string();
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << first.all();
+
+  const std::vector<std::string> changed = {"--resume", checkpoint, "--set",
+                                            "batch.global_batch=16"};
+  const CliResult refused = run_cli(train(*data_ / "refused.jsonl", changed), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("batch.global_batch: saved 8, now 16"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--set batch.global_batch=8"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--resume-allow-change batch.global_batch"), std::string::npos)
+      << refused.err;
+
+  std::vector<std::string> allowed = changed;
+  allowed.insert(allowed.end(), {"--resume-allow-change", "batch.global_batch"});
+  const CliResult r = run_cli(train(*data_ / "allowed.jsonl", allowed), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(*data_ / "allowed.jsonl").size(), 2u);  // steps 3 and 4
+}
+
+}  // namespace
+}  // namespace lattice::testing
