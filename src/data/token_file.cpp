@@ -94,4 +94,11 @@ TokenFile::TokenFile(std::filesystem::path path) : file_(std::move(path)) {
   count_ = count;
 }
 
+int64_t TokenFile::find_token_at_least(int64_t limit) const {
+  for (int64_t i = 0; i < count_; ++i) {
+    if (tokens_[i] >= limit) return i;
+  }
+  return -1;
+}
+
 }  // namespace lattice

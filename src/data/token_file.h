@@ -35,6 +35,8 @@ class TokenFile {
   const std::filesystem::path& path() const { return file_.path(); }
   int64_t size() const { return count_; }  // tokens
   std::span<const uint16_t> tokens() const { return {tokens_, size_t(count_)}; }
+  // The position of the first token id >= `limit` (a vocabulary it does not fit), or -1.
+  int64_t find_token_at_least(int64_t limit) const;
 
  private:
   MappedFile file_;

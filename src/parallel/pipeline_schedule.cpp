@@ -269,11 +269,16 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
                     "interleaved-1f1b needs virtual stages v >= 2, got v={} ---> HINT: pass "
                     "--virtual-stages 2 or more, or use the 1f1b schedule",
                     v);
-    if (m % p != 0)
-      LATTICE_THROW(ConfigError,
-                    "interleaved-1f1b needs micro-batches m={} to be a multiple of stages p={} "
-                    "(Megatron's rule) ---> HINT: use m={} or m={}",
-                    m, p, std::max(p, m / p * p), (m / p + 1) * p);
+    if (m % p != 0) {
+      // The multiples of p next to m: below it (when there is one) and above it.
+      const int below = m / p * p, above = (m / p + 1) * p;
+      LATTICE_THROW(
+          ConfigError,
+          "interleaved-1f1b needs micro-batches m={} to be a multiple of stages p={} "
+          "(Megatron's rule) ---> HINT: use {}",
+          m, p,
+          below >= p ? fmt::format("m={} or m={}", below, above) : fmt::format("m={}", above));
+    }
   } else if (v != 1) {
     LATTICE_THROW(ConfigError,
                   "{} schedule runs one model chunk per stage, got virtual stages v={} ---> "

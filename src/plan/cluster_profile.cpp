@@ -86,7 +86,9 @@ void check_complete(const ClusterSpec& c, const std::string& origin) {
 
 }  // namespace
 
-ClusterSpec parse_cluster_profile(const std::string& json_text, const std::string& origin) {
+namespace {
+
+ClusterSpec parse_profile_fields(const std::string& json_text, const std::string& origin) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     LATTICE_THROW(ConfigError,
@@ -168,6 +170,21 @@ ClusterSpec parse_cluster_profile(const std::string& json_text, const std::strin
   if (c.name.empty()) c.name = std::filesystem::path(origin).stem().string();
   check_complete(c, origin);
   return c;
+}
+
+}  // namespace
+
+ClusterSpec parse_cluster_profile(const std::string& json_text, const std::string& origin) {
+  try {
+    return parse_profile_fields(json_text, origin);
+  } catch (const json::exception& e) {
+    // A field of the wrong type ("gpus_per_node": "8"): named, not an unexpected error.
+    LATTICE_THROW(ConfigError,
+                  "{}: a field has the wrong type or is missing: {} ---> HINT: compare it with a "
+                  "profile written by `lattice bench calibrate` (docs/planner.md lists the keys "
+                  "and their types)",
+                  origin, e.what());
+  }
 }
 
 ClusterSpec load_cluster_profile(const std::string& path) {

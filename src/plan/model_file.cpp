@@ -103,7 +103,9 @@ ModelSpec parse_model_toml(const std::string& text, const std::string& origin) {
   return m;
 }
 
-ModelSpec parse_model_hf_json(const std::string& text, const std::string& origin) {
+namespace {
+
+ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     LATTICE_THROW(ConfigError, "{}: not a JSON object ---> HINT: pass a Hugging Face config.json",
@@ -139,6 +141,20 @@ ModelSpec parse_model_hf_json(const std::string& text, const std::string& origin
   }
   finish(m, origin);
   return m;
+}
+
+}  // namespace
+
+ModelSpec parse_model_hf_json(const std::string& text, const std::string& origin) {
+  try {
+    return parse_hf_fields(text, origin);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of the wrong type ("model_type": 2): named, not an unexpected error.
+    LATTICE_THROW(ConfigError,
+                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
+                  "as the hub writes it",
+                  origin, e.what());
+  }
 }
 
 ModelSpec load_model_file(const std::string& path) {

@@ -4,6 +4,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -58,6 +59,9 @@ double get_seconds(const toml::node& node, const std::string& key, bool zero_all
 
 double get_float(const toml::node& node, const std::string& key) {
   if (auto v = node.value<double>(); v && (node.is_floating_point() || node.is_integer())) {
+    if (!std::isfinite(*v)) {
+      LATTICE_THROW(ConfigError, "config key '{}' = {} must be a finite number", key, *v);
+    }
     return *v;
   }
   LATTICE_THROW(ConfigError, "config key '{}' = {} must be a number", key, describe(node));

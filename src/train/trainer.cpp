@@ -20,6 +20,15 @@ namespace {
 std::unique_ptr<TokenLoader> open_loader(const std::filesystem::path& path,
                                          const TrainConfig& config, int64_t batch) {
   auto file = std::make_shared<const TokenFile>(path);
+  // Caught here, once, rather than as an out-of-range row of the embedding mid-step.
+  if (const int64_t at = file->find_token_at_least(config.model.vocab_size); at >= 0) {
+    LATTICE_THROW(ConfigError,
+                  "{}: token {} is id {}, outside the model's vocabulary of {} (model.vocab_size) "
+                  "---> HINT: prepare the data with the tokenizer the model was configured for "
+                  "(data.tokenizer = '{}'), or raise model.vocab_size",
+                  path.string(), at, file->tokens()[size_t(at)], config.model.vocab_size,
+                  config.tokenizer);
+  }
   TokenLoaderConfig lc;
   lc.mode = parse_sampling_mode(config.data_mode);
   lc.seed = config.seed;

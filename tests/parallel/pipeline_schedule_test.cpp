@@ -88,6 +88,10 @@ TEST(PipelineSchedule, InvalidCombinationsAreConfigErrors) {
   const std::string uneven = refused(ScheduleKind::kInterleaved1F1B, 4, 6, 2);
   EXPECT_TRUE(contains(uneven, "multiple of stages p=4")) << uneven;
   EXPECT_TRUE(contains(uneven, "m=4 or m=8")) << uneven;
+  // Below p there is no smaller multiple: one suggestion, not "m=4 or m=4".
+  const std::string few = refused(ScheduleKind::kInterleaved1F1B, 4, 3, 2);
+  EXPECT_TRUE(contains(few, "HINT: use m=4")) << few;
+  EXPECT_FALSE(contains(few, " or m=")) << few;
   for (ScheduleKind kind :
        {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1})
     EXPECT_TRUE(contains(refused(kind, 2, 4, 2), "v=2"));

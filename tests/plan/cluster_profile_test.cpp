@@ -68,6 +68,11 @@ TEST(ClusterProfile, MalformedProfilesNameTheProblem) {
     return std::string("no error");
   };
   EXPECT_NE(message("{").find("not a JSON object"), std::string::npos);
+  // A field of the wrong type is named, not an unexpected error.
+  const std::string typed = message(
+      R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100", "gpus_per_node": "8"})");
+  EXPECT_NE(typed.find("p.json: a field has the wrong type"), std::string::npos) << typed;
+  EXPECT_NE(typed.find("string"), std::string::npos) << typed;
   EXPECT_NE(message(R"({"format": "other"})").find("format"), std::string::npos);
   EXPECT_NE(message(R"({"format": "lattice-cluster-profile", "version": 9})").find("version"),
             std::string::npos);

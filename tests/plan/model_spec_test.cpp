@@ -102,6 +102,14 @@ TEST(ModelFile, BadValuesNameTheKey) {
   EXPECT_THROW(parse_model_toml("n_layers = 2\n", "incomplete.toml"), ConfigError);
   EXPECT_THROW(parse_model_toml("n_layers = [", "broken.toml"), ConfigError);
   EXPECT_THROW(load_model_file("/nonexistent/model.toml"), IoError);
+  try {
+    parse_model_hf_json(R"({"model_type": 2, "num_hidden_layers": 2})", "config.json");
+    ADD_FAILURE() << "a numeric model_type was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: a field has the wrong type"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ModelFile, HuggingFaceLlamaConfigMatchesThePreset) {

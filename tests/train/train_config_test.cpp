@@ -70,6 +70,10 @@ TEST(TrainConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of("[train\nsteps = 3\n").find("malformed TOML"), std::string::npos);
   EXPECT_NE(error_of("[batch]\nseq_len = 1000\n").find("model.seq_len"), std::string::npos);
   EXPECT_NE(error_of("", {"nonsense"}).find("section.key=value"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nlr = nan\n").find("'optim.lr' = nan must be a finite number"),
+            std::string::npos)
+      << error_of("[optim]\nlr = nan\n");
+  EXPECT_NE(error_of("[optim]\ngrad_clip = inf\n").find("finite"), std::string::npos);
 }
 
 TEST(TrainConfig, ElasticSectionIsReadAndItsTimeoutsCheckedInOrder) {
@@ -183,7 +187,9 @@ TEST(TrainConfig, BadParallelValuesNameTheKeyAndTheFix) {
   e = error_of("[parallel]\nbucket_mb = 0\n");
   EXPECT_NE(e.find("'parallel.bucket_mb' = 0 must be a positive size in MB"), std::string::npos)
       << e;
-  EXPECT_NE(error_of("[parallel]\nbucket_mb = nan\n").find("positive size"), std::string::npos);
+  EXPECT_NE(error_of("[parallel]\nbucket_mb = nan\n")
+                .find("'parallel.bucket_mb' = nan must be a finite number"),
+            std::string::npos);
   e = error_of("[parallel]\nsp = \"yes\"\n");
   EXPECT_NE(e.find("'parallel.sp' = \"yes\" must be true or false"), std::string::npos) << e;
   // Misspellings and other frameworks' names point at the key.

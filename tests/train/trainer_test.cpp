@@ -115,5 +115,22 @@ TEST(Trainer, MissingDataIsAClearErrorWithTheFix) {
   }
 }
 
+TEST(Trainer, ATokenOutsideTheVocabularyIsCaughtWhenTheDataIsOpened) {
+  auto dir = testing::make_corpus_dir("big_token");
+  std::vector<int32_t> tokens = testing::corpus_tokens(4000, 3);
+  tokens[1234] = 300;  // gpt2-tiny's vocabulary is 256 (the byte tokenizer)
+  write_token_file(dir / "val.bin", tokens);
+  Arena arena("test");
+  try {
+    Trainer trainer(small_config(dir), arena);
+    FAIL() << "a token id of 300 reached a model of vocabulary 256";
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("val.bin: token 1234 is id 300"), std::string::npos) << message;
+    EXPECT_NE(message.find("vocabulary of 256 (model.vocab_size)"), std::string::npos) << message;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace lattice
