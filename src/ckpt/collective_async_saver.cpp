@@ -93,8 +93,17 @@ void CollectiveAsyncSaver::finish() {
     fs::remove_all(root_.staging_dir(step), ec);
   };
   try {
+    // One gather carries each rank's outcome and, on success, its file list: 'E' + why it
+    // failed, or 'R' + the result (a call fewer per save than gathering them apart).
+    std::vector<std::string> results = all_gather_strings(
+        world_, mine.error.empty() ? "R" + mine.result : "E" + mine.error, options_.peer_timeout);
+    std::vector<std::string> errors;
+    for (std::string& r : results) {
+      errors.push_back(r.starts_with('E') ? r.substr(1) : std::string());
+      r.erase(0, 1);
+    }
     try {
-      expect_all_succeeded(world_, mine.error, "writing shards", target, options_.peer_timeout);
+      expect_none_failed(errors, "writing shards", target);
     } catch (const IoError&) {
       // No rank reports the failure before the staging directory is gone: a rank that looks
       // (or a process that restarts) sees the previous checkpoint and nothing else.
@@ -102,8 +111,6 @@ void CollectiveAsyncSaver::finish() {
       world_.barrier({.timeout = options_.peer_timeout});
       throw;
     }
-    const std::vector<std::string> results =
-        all_gather_strings(world_, mine.result, options_.peer_timeout);
     std::string error;
     if (lead) {
       error = capture_error([&] {

@@ -42,6 +42,9 @@ void save_sharded_checkpoint_dir(const std::filesystem::path& dir, Manifest mani
 // committed: <phase> failed on rank 1: ..."). Collective over `world`.
 void expect_all_succeeded(Communicator& world, const std::string& error, std::string_view phase,
                           const std::filesystem::path& target, std::chrono::milliseconds timeout);
+// The same on outcomes already gathered (every rank's error, "" for success), without a call.
+void expect_none_failed(const std::vector<std::string>& errors, std::string_view phase,
+                        const std::filesystem::path& target);
 // Runs `body` and returns "" or the message of the exception it threw.
 std::string capture_error(const std::function<void()>& body);
 
