@@ -133,9 +133,12 @@ std::unique_ptr<Transformer> load_checkpoint_model(const std::filesystem::path& 
 int64_t load_checkpoint_optimizer(const std::filesystem::path& dir, AdamW& optimizer);
 
 // Loads Hugging Face GPT-2 or Llama weights (F32, BF16 or F16 tensors, widened exactly to the
-// fp32 master weights) into `model`, whose config must match. Every expected tensor must be
-// present with its exact shape; a missing, unexpected or mis-shaped tensor, or another dtype,
-// is an IoError listing what was expected and what was found. GPT-2 files may omit the
+// fp32 master weights) into `model`, whose config must match. `source` is a .safetensors file
+// or a model directory: its config.json (when present) must agree with the model's
+// architecture (ConfigError naming each key), then model.safetensors or the hub's sharded
+// model.safetensors.index.json (every file its weight_map names) is read. Every expected tensor
+// must be present with its exact shape; a missing, unexpected or mis-shaped tensor, or another
+// dtype, is an IoError listing what was expected and what was found. GPT-2 files may omit the
 // "transformer." prefix and carry the attention-mask buffers (".attn.bias", ".attn.masked_bias"),
 // which are not parameters and are skipped. A pipeline stage (a model holding some layers) reads
 // the tensors of its part and leaves the others to their stages; the last stage's tied copy of

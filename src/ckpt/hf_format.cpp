@@ -47,7 +47,13 @@ nlohmann::json hf_config(const ModelConfig& c) {
     if (c.position != PositionKind::kLearned) refuse("its positions are not learned");
     if (c.mlp != MlpKind::kGelu) refuse("its MLP is not gelu");
     if (c.n_kv_head != c.n_head) refuse("it uses grouped-query attention");
+    // GPT2Config defaults both to 50256 (<|endoftext|>), an id a smaller vocabulary does not
+    // have (transformers warns, generate() would stop on it): said explicitly, none.
+    const nlohmann::json end_of_text =
+        c.vocab_size > 50256 ? nlohmann::json(50256) : nlohmann::json(nullptr);
     return {{"architectures", {"GPT2LMHeadModel"}},
+            {"bos_token_id", end_of_text},
+            {"eos_token_id", end_of_text},
             {"model_type", "gpt2"},
             {"vocab_size", c.vocab_size},
             {"n_positions", c.seq_len},
@@ -86,7 +92,16 @@ nlohmann::json hf_config(const ModelConfig& c) {
 
 }  // namespace
 
-void load_hf_weights(const fs::path& file, Transformer& model) {
+namespace {
+
+// What the files of one import have given so far.
+struct HfLoad {
+  std::set<std::string> loaded;
+  std::vector<std::string> unexpected, skipped;
+  int64_t other_stages = 0;
+};
+
+void load_hf_file(const fs::path& file, Transformer& model, HfLoad& load) {
   SafetensorsReader reader(file);
   const ModelConfig& config = model.config();
   ParameterStore& store = model.parameters();
@@ -94,9 +109,10 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
 
   // A pipeline stage holds only some layers: the file's other parameters belong to other stages.
   const ParameterRegistry whole_model(config, registry.tensor_parallel());
-  std::set<std::string> loaded;
-  std::vector<std::string> unexpected, skipped;
-  int64_t other_stages = 0;
+  std::set<std::string>& loaded = load.loaded;
+  std::vector<std::string>& unexpected = load.unexpected;
+  std::vector<std::string>& skipped = load.skipped;
+  int64_t& other_stages = load.other_stages;
   for (const SafetensorsTensorInfo& t : reader.tensors()) {
     std::string name = canonical_name(t.name, config);
     if (name.empty()) {
@@ -172,6 +188,17 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
     }
     loaded.insert(name);
   }
+}
+
+// Every parameter of `model` loaded, nothing unexpected: else an IoError naming both lists.
+void finish_hf_load(const fs::path& origin, Transformer& model, const HfLoad& load) {
+  const ModelConfig& config = model.config();
+  const ParameterRegistry& registry = model.registry();
+  const std::set<std::string>& loaded = load.loaded;
+  const std::vector<std::string>& unexpected = load.unexpected;
+  const std::vector<std::string>& skipped = load.skipped;
+  const int64_t other_stages = load.other_stages;
+  const fs::path& file = origin;
   std::vector<std::string> missing;
   for (const ParameterSpec& spec : registry.specs()) {
     if (!loaded.contains(spec.name)) {
@@ -192,7 +219,78 @@ void load_hf_weights(const fs::path& file, Transformer& model) {
     spdlog::info("{}: skipped {} non-parameter tensors (attention masks, tied head)", file.string(),
                  skipped.size());
   }
-  store.refresh_compute_copy();
+  model.parameters().refresh_compute_copy();
+}
+
+// A Hugging Face directory's config.json against the model's: every architecture key Lattice
+// writes on export must agree where the file has it.
+void check_hf_config(const fs::path& dir, const ModelConfig& config) {
+  const fs::path path = dir / "config.json";
+  if (!fs::exists(path)) return;  // weights alone: their shapes are checked tensor by tensor
+  std::ifstream in(path);
+  const nlohmann::json theirs = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (theirs.is_discarded() || !theirs.is_object()) {
+    LATTICE_THROW(IoError,
+                  "{} is not a JSON object ---> HINT: the directory's config.json is "
+                  "damaged; download it again",
+                  path.string());
+  }
+  const nlohmann::json ours = hf_config(config);
+  std::vector<std::string> differ;
+  for (const char* key : {"model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                          "n_inner", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "tie_word_embeddings"}) {
+    if (!ours.contains(key) || !theirs.contains(key) || theirs[key].is_null()) continue;
+    if (theirs[key] != ours[key]) {
+      differ.push_back(
+          fmt::format("{} is {} there, {} here", key, theirs[key].dump(), ours[key].dump()));
+    }
+  }
+  if (!differ.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "{} describes another architecture than model '{}': {} ---> HINT: set the "
+                  "[model] keys to the checkpoint's (or choose the preset it was trained as)",
+                  path.string(), config.name, fmt::join(differ, "; "));
+  }
+}
+
+}  // namespace
+
+void load_hf_weights(const fs::path& source, Transformer& model) {
+  HfLoad load;
+  if (!fs::is_directory(source)) {
+    load_hf_file(source, model, load);
+    finish_hf_load(source, model, load);
+    return;
+  }
+  check_hf_config(source, model.config());
+  const fs::path single = source / "model.safetensors";
+  const fs::path index = source / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    load_hf_file(single, model, load);
+  } else if (fs::exists(index)) {
+    // The hub's sharded layout: weight_map names the file of every tensor.
+    std::ifstream in(index);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+      LATTICE_THROW(IoError, "{} has no \"weight_map\" object ---> HINT: the index is damaged",
+                    index.string());
+    }
+    std::set<std::string> files;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) {
+        LATTICE_THROW(IoError, "{}: the file of '{}' is not a string", index.string(), name);
+      }
+      files.insert(file.get<std::string>());
+    }
+    for (const std::string& file : files) load_hf_file(source / file, model, load);
+  } else {
+    LATTICE_THROW(IoError,
+                  "{} holds neither model.safetensors nor model.safetensors.index.json ---> "
+                  "HINT: pass a Hugging Face model directory or a .safetensors file",
+                  source.string());
+  }
+  finish_hf_load(source, model, load);
 }
 
 void export_hf(const fs::path& dir, Transformer& model) {

@@ -527,8 +527,11 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
       ->allow_extra_args(false);
   cmd->add_option("--metrics", args->metrics, "Write one JSON object per step to this file");
-  cmd->add_option("--init-from", args->init_from,
-                  "Start from Hugging Face safetensors weights of a matching config");
+  cmd->add_option(
+      "--init-from", args->init_from,
+      "Start from Hugging Face weights of a matching config: a .safetensors file or a model "
+      "directory (config.json checked; model.safetensors or the hub's sharded "
+      "model.safetensors.index.json)");
   // The layout flags override the config's [parallel] keys of the same names when given.
   ParallelConfig& layout = args->layout;
   cmd->add_option("--dp", layout.dp, "Data-parallel ranks (parallel.dp)")

@@ -34,6 +34,64 @@ std::vector<float> logits_of(Transformer& model) {
   return std::vector<float>(l.data<float>(), l.data<float>() + l.numel());
 }
 
+// `--init-from DIR` as users pass it: a Hugging Face directory, whole or sharded the hub's
+// way (model.safetensors.index.json), its config.json checked against the model's.
+TEST(HfDirectory, LoadsAWholeOrShardedDirectoryAndRefusesAnotherArchitecture) {
+  const fs::path dir = scratch("hf_dir");
+  Arena arena("test");
+  ModelConfig config = model_preset("gpt2-tiny");
+  Transformer original(config, arena, DType::kF32);
+  original.initialize(3);
+  export_hf(dir, original);
+  {
+    Transformer loaded(config, arena, DType::kF32);
+    loaded.initialize(4);
+    load_hf_weights(dir, loaded);
+    EXPECT_EQ(logits_of(original), logits_of(loaded));
+  }
+  // The same tensors in two files with an index.
+  const fs::path sharded = scratch("hf_dir_sharded");
+  fs::copy_file(dir / "config.json", sharded / "config.json");
+  SafetensorsReader whole(dir / "model.safetensors");
+  std::vector<Tensor> values;
+  SafetensorsWriter first, second;
+  nlohmann::json map = nlohmann::json::object();
+  int n = 0;
+  for (const SafetensorsTensorInfo& t : whole.tensors())
+    values.push_back(Tensor::empty(arena, t.shape, DType::kF32));
+  for (const SafetensorsTensorInfo& t : whole.tensors()) {
+    Tensor& v = values[size_t(n)];
+    whole.read(t.name, v, DTypePolicy::kConvert);
+    const bool in_first = n++ % 2 == 0;
+    (in_first ? first : second).add(t.name, v);
+    map[t.name] =
+        in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  first.write(sharded / "model-00001-of-00002.safetensors");
+  second.write(sharded / "model-00002-of-00002.safetensors");
+  std::ofstream(sharded / "model.safetensors.index.json")
+      << nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump();
+  {
+    Transformer loaded(config, arena, DType::kF32);
+    loaded.initialize(5);
+    load_hf_weights(sharded, loaded);
+    EXPECT_EQ(logits_of(original), logits_of(loaded));
+  }
+  // A config.json of another architecture is named before any tensor is read.
+  nlohmann::json other = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  other["n_layer"] = 3;
+  std::ofstream(dir / "config.json") << other.dump();
+  Transformer loaded(config, arena, DType::kF32);
+  try {
+    load_hf_weights(dir, loaded);
+    ADD_FAILURE() << "a 3-layer config.json loaded into a 2-layer model";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_layer is 3 there, 2 here"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(load_hf_weights(scratch("hf_dir_empty"), loaded), IoError);
+}
+
 class HfRoundTrip : public ::testing::TestWithParam<const char*> {};
 
 // export -> load into a fresh model -> identical logits, bit for bit.
@@ -49,6 +107,11 @@ TEST_P(HfRoundTrip, ExportThenLoadGivesIdenticalLogits) {
 
   nlohmann::json hf = nlohmann::json::parse(std::ifstream(dir / "config.json"));
   EXPECT_EQ(hf["model_type"], std::string(GetParam()).starts_with("llama") ? "llama" : "gpt2");
+  if (hf["model_type"] == "gpt2") {
+    // A 256-token vocabulary has no id 50256 (GPT2Config's default): none is written.
+    EXPECT_TRUE(hf.contains("bos_token_id") && hf["bos_token_id"].is_null()) << hf.dump();
+    EXPECT_TRUE(hf.contains("eos_token_id") && hf["eos_token_id"].is_null()) << hf.dump();
+  }
 
   Transformer loaded(config, arena, DType::kF32);
   loaded.initialize(4);  // different values, overwritten by the load
