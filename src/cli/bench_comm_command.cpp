@@ -318,7 +318,7 @@ void register_bench_comm_command(CLI::App& app) {
   cmd->add_option("--seconds-per-size", args->seconds_per_size, "timed time per measurement");
   cmd->callback([args] {
     CommConfig config;
-    config.adaptive = false;  // the bench measures each algorithm as it is
+    config.algorithms = AlgorithmChoice::kModel;  // the bench measures each algorithm as it is
     if (args->transport == "mpi") {
       Communicator world(MpiTransport::create(), config);
       run_bench(world, *args);

@@ -210,7 +210,7 @@ std::vector<plan::CollectiveMeasurement> measure_collectives(const CalibrateArgs
                                   plan::CollectiveOp::kReduceScatter}) {
       std::vector<std::pair<double, double>> points;  // (bytes, seconds)
       ThreadWorldOptions world;
-      world.config.adaptive = false;  // measure the tuner's choice, do not re-tune mid-run
+      world.config.algorithms = AlgorithmChoice::kModel;  // the model's choice, never re-tuned
       run_ranks(
           n,
           [&](Communicator& comm) {

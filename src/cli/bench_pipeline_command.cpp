@@ -72,7 +72,7 @@ Measured measure(const BenchPipelineArgs& args, ScheduleKind kind, int m, int v)
   std::vector<std::vector<PipelineStepStats>> per_rank(static_cast<size_t>(args.stages));
   const auto forward = std::chrono::microseconds(int64_t(args.forward_ms * 1e3 / v));
   ThreadWorldOptions world;
-  world.config.adaptive = false;  // waits in the barriers are the point, not a slow network
+  world.config.algorithms = AlgorithmChoice::kModel;  // waits in barriers are the point
   run_ranks(
       args.stages,
       [&](Communicator& comm) {

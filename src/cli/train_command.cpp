@@ -68,6 +68,7 @@ void apply_layout_flags(const CLI::App& cmd, const ParallelConfig& flags, Parall
   if (given("--bucket-mb")) layout.bucket_mb = flags.bucket_mb;
   if (given("--transport")) layout.transport = flags.transport;
   if (given("--check-replicas")) layout.check_replicas = flags.check_replicas;
+  if (given("--deterministic")) layout.deterministic = flags.deterministic;
   if (given("--pp")) layout.pp = flags.pp;
   if (given("--schedule")) layout.schedule = flags.schedule;
   if (given("--virtual-stages")) layout.virtual_stages = flags.virtual_stages;
@@ -284,6 +285,18 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
         peak / 1e9);
   }
 
+  if (lead && world > 1) {
+    fmt::print("collectives: {}\n",
+               layout.deterministic
+                   ? std::string("ring everywhere (parallel.deterministic: bitwise repeatable)")
+                   : fmt::format("the cheapest algorithm per message size under {}; a size "
+                                 "running {}x slower than predicted is re-measured and switched "
+                                 "at the next step boundary",
+                                 layout.comm_profile.empty()
+                                     ? std::string("the analytic cost model")
+                                     : fmt::format("the profile {}", layout.comm_profile),
+                                 Tuner::kSlowdownThreshold));
+  }
   std::optional<MetricsLog> metrics;
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics, trainer.step());
   std::optional<double> last_val;
@@ -480,6 +493,11 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   config.check_timeout_ladder();
   CommConfig comm_config;
   comm_config.timeout = std::chrono::milliseconds(int64_t(config.collective_timeout_s() * 1e3));
+  comm_config.algorithms =
+      layout.deterministic ? AlgorithmChoice::kPinned : AlgorithmChoice::kRetunedAtStepBoundary;
+  if (!layout.comm_profile.empty()) {
+    comm_config.profile = CostProfile::load(layout.comm_profile, transport);
+  }
   install_stop_request_handlers();  // SIGTERM: finish the step, checkpoint, exit 0
   const TraceClock::time_point trace_origin = TraceClock::now();  // shared by this process's ranks
   if (transport == TransportKind::kGloo && detect_agent_link()) {
@@ -580,6 +598,9 @@ void register_train_command(CLI::App& app) {
                   "Activation recompute: none, selective, full (parallel.recompute)");
   cmd->add_option("--trace", args->trace,
                   "Write one Chrome/Perfetto trace per rank into this directory");
+  cmd->add_flag("--deterministic", layout.deterministic,
+                "Pin every collective to ring, never re-tuned: runs of one layout agree bit for "
+                "bit (parallel.deterministic; default: the tuner's choice per message size)");
   cmd->add_flag("--check-replicas", layout.check_replicas,
                 "After every step, check that all dp replicas hold identical parameters "
                 "(parallel.check_replicas)");

@@ -201,8 +201,9 @@ void Communicator::execute(const CallSpec& call) {
   const uint64_t seq = ++seq_;
   const CollectiveReport report(name_, seq);  // an agent's view of where this rank waits
   transport_->mark_arrival(context_, seq);
-  const bool tuned = call.options.algorithm == Algorithm::kAuto;
-  Algorithm algorithm = tuned ? tuner_.choose(call.collective, bytes) : call.options.algorithm;
+  const bool automatic = call.options.algorithm == Algorithm::kAuto;
+  Algorithm algorithm =
+      automatic ? planned_algorithm(call.collective, bytes) : call.options.algorithm;
   if (call.collective == Collective::kBarrier && algorithm != Algorithm::kNative) {
     algorithm = Algorithm::kTree;
   }
@@ -216,10 +217,23 @@ void Communicator::execute(const CallSpec& call) {
   }
   const double seconds = watch.seconds();
   stats_.record(call.collective, algorithm, bytes, seconds);
-  if (tuned && !empty && config_.adaptive && size() > 1 &&
+  const bool retuned = config_.algorithms == AlgorithmChoice::kRetunedAfterWindow ||
+                       config_.algorithms == AlgorithmChoice::kRetunedAtStepBoundary;
+  if (automatic && retuned && !empty && size() > 1 &&
       tuner_.observe(call.collective, algorithm, bytes, seconds)) {
-    retune_if_slow(call.collective, bytes);
+    if (config_.algorithms == AlgorithmChoice::kRetunedAfterWindow) {
+      retune_if_slow(call.collective, bytes);
+    } else {
+      mark_window_closed(call.collective, bytes);
+    }
   }
+}
+
+Algorithm Communicator::planned_algorithm(Collective collective, size_t bytes) const {
+  if (config_.algorithms == AlgorithmChoice::kPinned) {
+    return collective == Collective::kBarrier ? Algorithm::kTree : Algorithm::kRing;
+  }
+  return tuner_.choose(collective, bytes);
 }
 
 void Communicator::point_to_point(const CallSpec& call, Deadline deadline) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,13 +30,29 @@
 
 namespace lattice {
 
+// How calls with CollectiveOptions::algorithm = kAuto pick their algorithm.
+enum class AlgorithmChoice : uint8_t {
+  // Ring for every collective (barriers: the binomial tree): the summation order, and so every
+  // bit of a result, depends neither on timing nor on a profile (parallel.deterministic).
+  kPinned,
+  // The cheapest under the cost model at the call's size, fixed for the run: repeatable.
+  kModel,
+  // As kModel, re-measured and switched inside the call that closes a window of calls running
+  // persistently slower than predicted (benchmarks and tests of the tuner).
+  kRetunedAfterWindow,
+  // As kModel; a size whose window ran slower than predicted is only marked, and re-measured
+  // and switched in retune_at_step_boundary(), which every rank of the group calls at the same
+  // point between steps (training): within a step each size keeps one algorithm.
+  kRetunedAtStepBoundary,
+};
+std::string_view algorithm_choice_name(AlgorithmChoice choice);
+
 struct CommConfig {
   // Default deadline of every blocking call (well under a minute: a lost peer must surface).
   std::chrono::milliseconds timeout{30000};
   // Measured alpha-beta models (`lattice bench comm --calibrate FILE`); empty: analytic default.
   CostProfile profile;
-  // Re-measure and switch algorithms when kAuto calls run persistently slower than predicted.
-  bool adaptive = true;
+  AlgorithmChoice algorithms = AlgorithmChoice::kModel;
 };
 
 // One switch decision of the adaptive tuner, with the numbers behind it.
@@ -46,6 +63,9 @@ struct TuningEvent {
   Algorithm before = Algorithm::kAuto;
   Algorithm after = Algorithm::kAuto;
   std::vector<std::pair<Algorithm, double>> measured_seconds;  // max over ranks
+  // The window's time with `before` over its re-measured time: every candidate's model is
+  // scaled to its re-measure times this (the calls in use share the machine).
+  double in_use_factor = 1.0;
 };
 
 class Communicator {
@@ -124,9 +144,13 @@ class Communicator {
     tuner_ = Tuner(transport_->kind(), size(), std::move(profile));
   }
   // Algorithm a kAuto call of this collective and size would use now.
-  Algorithm planned_algorithm(Collective collective, size_t bytes) const {
-    return tuner_.choose(collective, bytes);
-  }
+  Algorithm planned_algorithm(Collective collective, size_t bytes) const;
+  // AlgorithmChoice::kRetunedAtStepBoundary: the sizes whose window ran slower than predicted
+  // since the last call are judged on the slowdown agreed over the ranks (max), and the slow
+  // ones re-measured and switched, logged with `when` ("after step 12"). Every rank of the group
+  // calls it at the same point; it communicates only when a window closed, which happens at the
+  // same call on every rank. Returns the number of sizes re-measured (0 in the other modes).
+  int retune_at_step_boundary(std::string_view when);
 
  private:
   Communicator(std::shared_ptr<Transport> transport, std::vector<int> members, int rank,
@@ -138,6 +162,10 @@ class Communicator {
   [[noreturn]] void throw_timeout(const CallSpec& call, uint64_t seq, const PeerTimeout& e);
   // Adaptive tuning (communicator_tuning.cpp).
   void retune_if_slow(Collective collective, size_t bytes);
+  void remeasure(Collective collective, size_t bytes, double slowdown, std::string_view when);
+  void mark_window_closed(Collective collective, size_t bytes);
+  std::vector<Tuner::WindowResult> agree_on_windows(
+      const std::vector<std::pair<Collective, size_t>>& windows);
   double time_collective(Collective collective, Algorithm algorithm, size_t bytes);
   void* work_buffer(size_t bytes);
 
@@ -152,6 +180,9 @@ class Communicator {
   CommStats stats_;
   Tuner tuner_;
   std::vector<TuningEvent> tuning_events_;
+  // kRetunedAtStepBoundary: (collective, bytes) of each size bucket whose window closed since
+  // the last boundary, in the order they closed (the same on every rank).
+  std::vector<std::pair<Collective, size_t>> windows_closed_;
   std::vector<std::byte> work_;  // staging for reduce_scatter / reduce and fp32 bf16 sums
 };
 

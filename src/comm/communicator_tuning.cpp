@@ -1,7 +1,9 @@
 // Adaptive tuning: when kAuto calls of one size bucket run persistently slower than the model
 // predicts (a congested or slow link), re-measure every candidate algorithm at that size and
 // switch to the fastest. Ranks agree on every number with all-reduces (max) first, so all of
-// them switch at the same call to the same algorithm.
+// them switch at the same call to the same algorithm: inside the call that closes the window
+// (AlgorithmChoice::kRetunedAfterWindow), or at the next step boundary
+// (kRetunedAtStepBoundary), where the trainer calls retune_at_step_boundary().
 #include <spdlog/spdlog.h>
 
 #include <vector>
@@ -15,25 +17,87 @@ namespace {
 // Calls timed per algorithm when re-measuring; the max over ranks of their mean is kept.
 constexpr int kRemeasureCalls = 2;
 
+// The numbers the ranks agree on travel with one fixed algorithm, whatever the tuner thinks.
+constexpr CollectiveOptions kAgree{.algorithm = Algorithm::kTree};
+
 }  // namespace
 
-void Communicator::retune_if_slow(Collective collective, size_t bytes) {
-  CollectiveOptions agree;
-  agree.algorithm = Algorithm::kTree;
-  float slowdown = float(tuner_.take_window_slowdown(collective, bytes));
-  all_reduce(&slowdown, 1, DType::kF32, ReduceOp::kMax, agree);
-  if (slowdown <= Tuner::kSlowdownThreshold) return;
+std::string_view algorithm_choice_name(AlgorithmChoice choice) {
+  switch (choice) {
+    case AlgorithmChoice::kPinned:
+      return "pinned";
+    case AlgorithmChoice::kModel:
+      return "model";
+    case AlgorithmChoice::kRetunedAfterWindow:
+      return "retuned after a window";
+    case AlgorithmChoice::kRetunedAtStepBoundary:
+      return "retuned at step boundaries";
+  }
+  return "?";
+}
 
+// Every rank's window, agreed: the max over ranks of the slowdown and of the excess time.
+std::vector<Tuner::WindowResult> Communicator::agree_on_windows(
+    const std::vector<std::pair<Collective, size_t>>& windows) {
+  std::vector<float> numbers;
+  for (const auto& [collective, bytes] : windows) {
+    const Tuner::WindowResult w = tuner_.take_window(collective, bytes);
+    numbers.push_back(float(w.slowdown));
+    numbers.push_back(float(w.excess_seconds));
+  }
+  all_reduce(numbers.data(), int64_t(numbers.size()), DType::kF32, ReduceOp::kMax, kAgree);
+  std::vector<Tuner::WindowResult> agreed;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    agreed.push_back({.slowdown = numbers[2 * i], .excess_seconds = numbers[2 * i + 1]});
+  }
+  return agreed;
+}
+
+void Communicator::retune_if_slow(Collective collective, size_t bytes) {
+  const Tuner::WindowResult window = agree_on_windows({{collective, bytes}})[0];
+  if (window.slow()) remeasure(collective, bytes, window.slowdown, "");
+}
+
+void Communicator::mark_window_closed(Collective collective, size_t bytes) {
+  for (const auto& [c, b] : windows_closed_) {
+    if (c == collective && Tuner::bucket(b) == Tuner::bucket(bytes)) return;
+  }
+  windows_closed_.emplace_back(collective, bytes);
+}
+
+int Communicator::retune_at_step_boundary(std::string_view when) {
+  if (windows_closed_.empty()) return 0;  // then empty on every rank: they made the same calls
+  const std::vector<std::pair<Collective, size_t>> closed = std::exchange(windows_closed_, {});
+  const std::vector<Tuner::WindowResult> windows = agree_on_windows(closed);
+  int remeasured = 0;
+  for (size_t i = 0; i < closed.size(); ++i) {
+    if (!windows[i].slow()) continue;
+    remeasure(closed[i].first, closed[i].second, windows[i].slowdown, when);
+    ++remeasured;
+  }
+  return remeasured;
+}
+
+void Communicator::remeasure(Collective collective, size_t bytes, double slowdown,
+                             std::string_view when) {
   TuningEvent event;
   event.collective = collective;
   event.bytes = bytes;
   event.slowdown = slowdown;
   event.before = tuner_.choose(collective, bytes);
+  const double in_use_seconds = slowdown * tuner_.predict(collective, event.before, bytes);
   for (Algorithm a : tuner_.candidates(collective)) {
     float seconds = float(time_collective(collective, a, bytes));
-    all_reduce(&seconds, 1, DType::kF32, ReduceOp::kMax, agree);
-    tuner_.rescale(collective, a, bytes, seconds);
+    all_reduce(&seconds, 1, DType::kF32, ReduceOp::kMax, kAgree);
     event.measured_seconds.emplace_back(a, seconds);
+    if (a == event.before && seconds > 0) event.in_use_factor = in_use_seconds / seconds;
+  }
+  // The calls of the window ran where they are used (inside a step, beside compute and other
+  // groups' traffic), the re-measure alone: every candidate is scaled by the same factor, which
+  // leaves the choice to the re-measure and lets the next windows compare like with like
+  // (without it every window of a busy step would look slow and re-measure again).
+  for (auto [a, seconds] : event.measured_seconds) {
+    tuner_.rescale(collective, a, bytes, seconds * event.in_use_factor);
   }
   event.after = tuner_.choose(collective, bytes);
   if (rank_ == 0) {
@@ -42,10 +106,11 @@ void Communicator::retune_if_slow(Collective collective, size_t bytes) {
       measured += fmt::format(" {}={:.3f}ms", algorithm_name(a), s * 1e3);
     }
     spdlog::info(
-        "comm tuner: {} of {} bytes on group '{}' ran {:.2f}x slower than predicted over {} "
-        "calls; re-measured:{}; {} -> {}",
-        collective_name(collective), bytes, name_, slowdown, Tuner::kWindow, measured,
-        algorithm_name(event.before), algorithm_name(event.after));
+        "comm tuner{}{}: {} of {} bytes on group '{}' ran {:.2f}x slower than predicted over {} "
+        "calls; re-measured:{}; {} -> {} (in use {:.2f}x the re-measured time)",
+        when.empty() ? "" : " ", when, collective_name(collective), bytes, name_, slowdown,
+        Tuner::kWindow, measured, algorithm_name(event.before), algorithm_name(event.after),
+        event.in_use_factor);
   }
   tuning_events_.push_back(std::move(event));
 }

@@ -120,7 +120,7 @@ void CostProfile::save(const std::string& path, TransportKind transport) const {
   if (!out) LATTICE_THROW(IoError, "failed writing the comm profile '{}'", path);
 }
 
-CostProfile CostProfile::load(const std::string& path) {
+CostProfile CostProfile::load(const std::string& path, std::optional<TransportKind> expected) {
   std::ifstream in(path);
   if (!in) {
     LATTICE_THROW(IoError,
@@ -131,6 +131,16 @@ CostProfile CostProfile::load(const std::string& path) {
   CostProfile profile;
   try {
     nlohmann::json doc = nlohmann::json::parse(in);
+    if (expected) {
+      const auto measured = doc.at("transport").get<std::string>();
+      if (measured != transport_name(*expected)) {
+        LATTICE_THROW(ConfigError,
+                      "the comm profile '{}' was measured on the {} transport, this run uses {} "
+                      "---> HINT: calibrate on the run's transport (`lattice bench comm "
+                      "--transport {} --calibrate {}`), or leave parallel.comm_profile unset",
+                      path, measured, transport_name(*expected), transport_name(*expected), path);
+      }
+    }
     for (const auto& m : doc.at("models")) {
       auto name = m.at("collective").get<std::string>();
       int c = 0;

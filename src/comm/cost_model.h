@@ -42,9 +42,11 @@ class CostProfile {
   bool empty() const { return models_.empty(); }
 
   // JSON: {"transport": "...", "models": [{"collective", "algorithm", "group_size", "alpha",
-  // "beta"}, ...]}. load() throws IoError / ConfigError naming the file.
+  // "beta"}, ...]}. load() throws IoError / ConfigError naming the file, and ConfigError when
+  // `expected` is given and the profile was measured on another transport.
   void save(const std::string& path, TransportKind transport) const;
-  static CostProfile load(const std::string& path);
+  static CostProfile load(const std::string& path,
+                          std::optional<TransportKind> expected = std::nullopt);
 
  private:
   std::map<std::tuple<Collective, Algorithm, int>, CostModel> models_;

@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <charconv>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "comm/gloo_transport.h"
 #include "comm/mpi_transport.h"
@@ -18,6 +22,45 @@ namespace {
 std::shared_ptr<MpiTransport> process_mpi_transport() {
   static const std::shared_ptr<MpiTransport> transport = MpiTransport::create();
   return transport;
+}
+
+struct SlowLink {
+  int src = 0;
+  int dst = 0;
+  int64_t delay_ms = 0;
+};
+
+// LATTICE_SLOW_LINK=SRC:DST:MS[,...] (launch.h); ConfigError naming the item and the grammar.
+std::vector<SlowLink> slow_links_from_environment(int world_size) {
+  const char* text = std::getenv("LATTICE_SLOW_LINK");
+  std::vector<SlowLink> links;
+  if (text == nullptr) return links;
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    SlowLink link;
+    const char* p = item.data();
+    const char* end = item.data() + item.size();
+    auto number = [&](auto& out, bool last) {
+      auto [next, ec] = std::from_chars(p, end, out);
+      const bool ok = ec == std::errc{} && (last ? next == end : next != end && *next == ':');
+      p = ok && !last ? next + 1 : next;
+      return ok;
+    };
+    const bool parsed = number(link.src, false) && number(link.dst, false) &&
+                        number(link.delay_ms, true) && link.delay_ms >= 0;
+    if (!parsed || link.src < 0 || link.src >= world_size || link.dst < 0 ||
+        link.dst >= world_size || link.src == link.dst) {
+      LATTICE_THROW(ConfigError,
+                    "LATTICE_SLOW_LINK item '{}' ---> HINT: use SRC:DST:MS, two different ranks "
+                    "of the {}-rank world and a delay in milliseconds, e.g. 0:1:20",
+                    item, world_size);
+    }
+    links.push_back(link);
+  }
+  return links;
 }
 
 }  // namespace
@@ -70,10 +113,24 @@ void launch_ranks(TransportKind transport, int world_size,
                   "the layout (pp·dp·tp), and every axis needs at least one rank",
                   world_size);
   }
+  if (transport != TransportKind::kThreads && std::getenv("LATTICE_SLOW_LINK") != nullptr) {
+    LATTICE_THROW(ConfigError,
+                  "LATTICE_SLOW_LINK delays links of the threads transport only, not {} ---> "
+                  "HINT: unset it, or run with --transport threads",
+                  transport_name(transport));
+  }
   switch (transport) {
     case TransportKind::kThreads: {
       ThreadWorldOptions options;
       options.config = std::move(config);
+      const std::vector<SlowLink> slow = slow_links_from_environment(world_size);
+      if (!slow.empty()) {
+        options.setup = [slow](ThreadHub& hub) {
+          for (const SlowLink& link : slow) {
+            hub.set_link_delay(link.src, link.dst, std::chrono::milliseconds(link.delay_ms));
+          }
+        };
+      }
       run_ranks(world_size, body, options);
       return;
     }

@@ -15,6 +15,11 @@
 //   and its connections close when launch_ranks returns or throws (peers then fail at once).
 //
 // The transport names are parse_transport's (comm_types.h): "threads", "mpi" and "gloo".
+//
+// Test hook: LATTICE_SLOW_LINK=SRC:DST:MS[,...] delays every message from world rank SRC to DST
+// by MS milliseconds on the threads transport (ThreadHub::set_link_delay): a slow link, to
+// watch the collective tuner move off it (tests/cli/train_cli_test.cpp). Set under another
+// transport it is a ConfigError.
 #pragma once
 
 #include <functional>

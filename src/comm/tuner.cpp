@@ -46,17 +46,21 @@ Algorithm Tuner::choose(Collective collective, size_t bytes) const {
 
 bool Tuner::observe(Collective collective, Algorithm algorithm, size_t bytes, double seconds) {
   Window& w = windows_[{collective, bucket(bytes)}];
-  double predicted = predict(collective, algorithm, bytes);
-  w.ratio_sum += predicted > 0 ? seconds / predicted : 1.0;
+  w.measured_sum += seconds;
+  w.predicted_sum += predict(collective, algorithm, bytes);
   ++w.calls;
   return w.calls >= kWindow;
 }
 
-double Tuner::take_window_slowdown(Collective collective, size_t bytes) {
+Tuner::WindowResult Tuner::take_window(Collective collective, size_t bytes) {
   Window& w = windows_[{collective, bucket(bytes)}];
-  double mean = w.calls > 0 ? w.ratio_sum / w.calls : 1.0;
+  WindowResult result;
+  if (w.calls > 0 && w.predicted_sum > 0) {
+    result.slowdown = w.measured_sum / w.predicted_sum;
+    result.excess_seconds = (w.measured_sum - w.predicted_sum) / w.calls;
+  }
   w = Window{};
-  return mean;
+  return result;
 }
 
 void Tuner::rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds) {

@@ -21,8 +21,19 @@ class Tuner {
  public:
   // Calls per size bucket between two checks of predicted against measured time.
   static constexpr int kWindow = 8;
-  // A window whose mean measured / predicted time exceeds this triggers a re-measure.
+  // A window whose mean measured / predicted time exceeds this triggers a re-measure...
   static constexpr double kSlowdownThreshold = 1.5;
+  // ...when its calls also ran this much longer than predicted, each: scheduling noise makes
+  // microsecond calls look slow, and re-measuring them costs more than they could save.
+  static constexpr double kMinExcessSeconds = 100e-6;
+
+  struct WindowResult {
+    double slowdown = 1.0;        // mean measured / mean predicted time
+    double excess_seconds = 0.0;  // mean measured - mean predicted time per call
+    bool slow() const {
+      return slowdown > kSlowdownThreshold && excess_seconds > kMinExcessSeconds;
+    }
+  };
 
   Tuner(TransportKind transport, int group_size, CostProfile profile = {});
 
@@ -33,19 +44,21 @@ class Tuner {
   // Records a tuned call; returns true when it closes its bucket's window (on every rank at the
   // same call, since ranks make the same calls).
   bool observe(Collective collective, Algorithm algorithm, size_t bytes, double seconds);
-  // Mean measured / predicted over the bucket's window; resets the window.
-  double take_window_slowdown(Collective collective, size_t bytes);
+  // The bucket's window so far; resets it.
+  WindowResult take_window(Collective collective, size_t bytes);
   // After a re-measure: scales the algorithm's model in this bucket to match `seconds`.
   void rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds);
 
   void set_profile(CostProfile profile) { profile_ = std::move(profile); }
+  // The size bucket of a call of `bytes`: windows, scales and re-measures are per bucket.
+  static int bucket(size_t bytes);
 
  private:
   struct Window {
     int calls = 0;
-    double ratio_sum = 0;
+    double measured_sum = 0;
+    double predicted_sum = 0;
   };
-  static int bucket(size_t bytes);
   double base_predict(Collective collective, Algorithm algorithm, size_t bytes) const;
 
   TransportKind transport_;

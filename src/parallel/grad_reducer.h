@@ -5,8 +5,9 @@
 // final (param_ready); a bucket is launched as soon as all its parameters are, so its all-reduce
 // runs while backward computes the earlier layers. finish() launches whatever is left (in bucket
 // order) and waits for all. Every rank sees the parameters become ready in the same order (the
-// same backward), so the collectives match. The algorithm is fixed (ring by default), never the
-// adaptive tuner, so the summation order and hence the result are bitwise repeatable.
+// same backward), so the collectives match. The algorithm is the dp group's choice per bucket
+// size (CommConfig::algorithms: the tuner's, or ring under parallel.deterministic); a forced
+// one can be given.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace lattice {
 
 struct GradReducerOptions {
   int64_t bucket_bytes = 1 << 20;  // of f32 gradients; <= 0: one bucket
-  Algorithm algorithm = Algorithm::kRing;
+  Algorithm algorithm = Algorithm::kAuto;
 };
 
 class GradReducer {

@@ -6,12 +6,6 @@
 
 namespace lattice {
 
-namespace {
-
-const CollectiveOptions kDeterministic{.algorithm = Algorithm::kRing};
-
-}  // namespace
-
 TensorParallel::TensorParallel(Communicator* group, bool sequence_parallel)
     : group_(group != nullptr && group->size() > 1 ? group : nullptr),
       sequence_parallel_(sequence_parallel) {}
@@ -32,7 +26,7 @@ void TensorParallel::all_reduce(Tensor& partial, std::string_view what) {
   record("all_reduce", what, partial.numel(), partial.dtype());
   if (group_ == nullptr) return;
   const Stopwatch watch;
-  group_->all_reduce(partial, ReduceOp::kSum, kDeterministic);
+  group_->all_reduce(partial, ReduceOp::kSum);
   count(Collective::kAllReduce, int64_t(partial.nbytes()), watch.seconds());
 }
 
@@ -40,7 +34,7 @@ void TensorParallel::all_reduce_max(Tensor& data, std::string_view what) {
   record("all_reduce_max", what, data.numel(), data.dtype());
   if (group_ == nullptr) return;
   const Stopwatch watch;
-  group_->all_reduce(data, ReduceOp::kMax, kDeterministic);
+  group_->all_reduce(data, ReduceOp::kMax);
   count(Collective::kAllReduce, int64_t(data.nbytes()), watch.seconds());
 }
 
@@ -55,7 +49,7 @@ void TensorParallel::all_gather_rows(Tensor& full, const Tensor& shard, std::str
     return;
   }
   const Stopwatch watch;
-  group_->all_gather(shard, full, kDeterministic);
+  group_->all_gather(shard, full);
   count(Collective::kAllGather, int64_t(full.nbytes()), watch.seconds());
 }
 
@@ -70,7 +64,7 @@ void TensorParallel::reduce_scatter_rows(Tensor& shard, const Tensor& full, std:
     return;
   }
   const Stopwatch watch;
-  group_->reduce_scatter(full, shard, ReduceOp::kSum, kDeterministic);
+  group_->reduce_scatter(full, shard, ReduceOp::kSum);
   count(Collective::kReduceScatter, int64_t(full.nbytes()), watch.seconds());
 }
 

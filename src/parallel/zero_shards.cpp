@@ -7,8 +7,6 @@ namespace lattice {
 
 namespace {
 
-constexpr CollectiveOptions kFixedRing{.algorithm = Algorithm::kRing};
-
 FlatRange intersect(FlatRange a, FlatRange b) {
   const int64_t begin = std::max(a.begin, b.begin);
   return FlatRange{begin, std::max(begin, std::min(a.end, b.end))};
@@ -33,7 +31,7 @@ void reduce_to_owners(Communicator& dp, float* data, FlatRange range, int64_t to
     const FlatRange piece = intersect(range, zero_shard(total, dp.size(), r));
     if (piece.size() == 0) continue;
     float* at = data + (piece.begin - range.begin);
-    dp.reduce(at, at, piece.size(), DType::kF32, r, ReduceOp::kSum, kFixedRing);
+    dp.reduce(at, at, piece.size(), DType::kF32, r, ReduceOp::kSum);
     if (r == dp.rank()) on_owned(piece, at);
   }
 }
@@ -49,7 +47,7 @@ void broadcast_from_owners(Communicator& dp, void* data, DType dtype, FlatRange 
     const FlatRange piece = intersect(range, zero_shard(total, dp.size(), r));
     if (piece.size() == 0) continue;
     void* at = static_cast<std::byte*>(data) + size_t(piece.begin - range.begin) * element;
-    dp.broadcast(at, piece.size(), dtype, r, kFixedRing);
+    dp.broadcast(at, piece.size(), dtype, r);
   }
 }
 

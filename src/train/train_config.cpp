@@ -378,6 +378,14 @@ const std::map<std::string, Setter>& setters() {
                      parse_recompute(name);  // ConfigError listing the choices
                      c.parallel.recompute = name;
                    }},
+                  {"parallel.deterministic",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.deterministic = get_bool(n, k);
+                   }},
+                  {"parallel.comm_profile",
+                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
+                     c.parallel.comm_profile = get_string(n, k);
+                   }},
                   {"parallel.timeout_s",
                    [](TrainConfig& c, const toml::node& n, const std::string& k) {
                      c.parallel.timeout_s = get_seconds(n, k, /*zero_allowed=*/true);

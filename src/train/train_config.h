@@ -36,6 +36,14 @@ struct ParallelConfig {
   // Deadline of every collective, seconds; 0: 30 s. Under `lattice launch` a backstop above
   // elastic.progress_timeout_s: the agent finds a failed rank before any deadline passes.
   double timeout_s = 0.0;
+  // Collective algorithms (docs/comm.md "The tuner on the training path"): false: the
+  // cheapest per message size under the cost model, re-measured and switched at a step boundary
+  // when a size runs persistently slower than predicted; true: ring everywhere, so two runs of
+  // one layout agree bit for bit whatever the timing.
+  bool deterministic = false;
+  // The alpha-beta models the tuner prices algorithms with (`lattice bench comm --calibrate
+  // FILE`); empty: the analytic default.
+  std::string comm_profile;
 
   int world_size() const { return dp * tp * pp; }
 };

@@ -338,10 +338,22 @@ double Trainer::run_pipeline(double global_tokens) {
                                                                  : "model.embed_tokens.weight");
     if (index >= 0 && (registry.part().has_embedding() || registry.at(index).tied_copy)) {
       Tensor grad = model_->parameters().grad(index);
-      parallel_.embedding->all_reduce(grad, ReduceOp::kSum, {.algorithm = Algorithm::kRing});
+      parallel_.embedding->all_reduce(grad, ReduceOp::kSum);
     }
   }
   return sum_over_ranks(*parallel_.pp, {stage.loss_sum()})[0];
+}
+
+// Nothing is in flight between steps, so a group whose collectives ran slower than predicted
+// (CommConfig::algorithms = kRetunedAtStepBoundary) re-measures here, on every rank at once.
+// Every rank visits its groups in the same order (dp, tp, pp, embedding), and a group
+// communicates only when one of its windows closed, which its members agree on, so no rank
+// waits on a peer that is in another group's re-measure.
+void Trainer::retune_collectives() {
+  const std::string when = fmt::format("after step {}", step_);
+  for (Communicator* group : {parallel_.dp, parallel_.tp, parallel_.pp, parallel_.embedding}) {
+    if (group != nullptr && group->size() > 1) group->retune_at_step_boundary(when);
+  }
 }
 
 StepMetrics Trainer::train_step() {
@@ -378,6 +390,7 @@ StepMetrics Trainer::train_step() {
   ++step_;
   // Under ZeRO-3 there are no replicas: every element has one owner.
   if (parallel_.check_replicas && dp_size_ > 1 && !params.values_lent()) check_replicas_now();
+  retune_collectives();
   update_scope.finish();
   // ---- end of training section ----
 

@@ -144,6 +144,7 @@ class Trainer {
   // One batch's loss sum and token count through the pipeline's forwards only (evaluation).
   ForwardResult pipeline_forward(const TokenBatch& batch);
   void check_replicas_now();
+  void retune_collectives();
   void share_updated_values();
 };
 

@@ -37,19 +37,14 @@ class ElasticLaunch : public ::testing::Test {
   }
 
   // `lattice launch --nproc-per-node N -- train CONFIG --dp N ...` into output dir `out`.
+  // --deterministic: the runs are compared bit for bit, and a tuned run's algorithm switches
+  // depend on timing (on 2 ranks every algorithm sums alike, on 4 they do not).
   static std::vector<std::string> launch(int ranks, const std::filesystem::path& out,
                                          std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {LATTICE_EXECUTABLE,
-                                     "launch",
-                                     "--nproc-per-node",
-                                     std::to_string(ranks),
-                                     "--",
-                                     "train",
-                                     config_->string(),
-                                     "--dp",
-                                     std::to_string(ranks),
-                                     "--set",
-                                     "output.dir=" + out.string()};
+    std::vector<std::string> args = {LATTICE_EXECUTABLE,    "launch", "--nproc-per-node",
+                                     std::to_string(ranks), "--",     "train",
+                                     config_->string(),     "--dp",   std::to_string(ranks),
+                                     "--deterministic",     "--set",  "output.dir=" + out.string()};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }

@@ -1,4 +1,5 @@
-// `lattice train` through the executable: layouts larger than the machine (--oversubscribe).
+// `lattice train` through the executable: layouts larger than the machine (--oversubscribe),
+// resume checks, the collective tuner under a slow link.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -109,6 +110,47 @@ TEST_F(TrainCli, ResumeRefusesAChangedGlobalBatchUnlessAllowed) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
   EXPECT_EQ(losses(*data_ / "allowed.jsonl").size(), 2u);  // steps 3 and 4
+}
+
+// The tuner on the user path: with the link 0 -> 1 of four in-process ranks 20 ms slow, the
+// training logs the switch of its gradient all-reduce at a step boundary and ends with the
+// losses of the --deterministic run (ring, no switch) within 1e-6.
+TEST_F(TrainCli, ASlowLinkSwitchesTheCollectiveAtAStepBoundaryAndKeepsTheDeterministicLosses) {
+  const std::vector<std::string> layout = {"--dp", "4", "--oversubscribe", "--set",
+                                           "train.steps=12"};
+  const auto dir = std::filesystem::path(*data_);
+  const CliResult tuned =
+      run_cli(train(dir / "tuned.jsonl", layout), kLimitS, {"LATTICE_SLOW_LINK=0:1:20"});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.all();
+  EXPECT_NE(tuned.out.find("collectives: the cheapest algorithm per message size"),
+            std::string::npos)
+      << tuned.out;
+  std::smatch switched;
+  ASSERT_TRUE(std::regex_search(
+      tuned.err, switched,
+      std::regex("comm tuner after step ([0-9]+): all_reduce of [0-9]+ bytes on group "
+                 "'dp[^']*' ran [0-9.]+x slower than predicted over 8 calls; re-measured: "
+                 "ring=[0-9.]+ms hd=[0-9.]+ms tree=[0-9.]+ms; (hd|ring) -> tree")))
+      << tuned.err;
+  EXPECT_GE(std::stoi(switched[1]), 8);  // after the first window of 8 steps
+
+  std::vector<std::string> pinned_layout = layout;
+  pinned_layout.push_back("--deterministic");
+  const CliResult pinned =
+      run_cli(train(dir / "pinned.jsonl", pinned_layout), kLimitS, {"LATTICE_SLOW_LINK=0:1:2"});
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.all();
+  EXPECT_NE(pinned.out.find("collectives: ring everywhere"), std::string::npos) << pinned.out;
+  EXPECT_EQ(pinned.err.find("comm tuner"), std::string::npos) << pinned.err;
+
+  const std::vector<double> a = losses(dir / "tuned.jsonl"), b = losses(dir / "pinned.jsonl");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
+
+  const CliResult bad =
+      run_cli(train(dir / "bad.jsonl", layout), kLimitS, {"LATTICE_SLOW_LINK=0:9:20"});
+  EXPECT_EQ(bad.exit_code, 3) << bad.all();
+  EXPECT_NE(bad.err.find("LATTICE_SLOW_LINK item '0:9:20'"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ TEST(CostModel, LoadNamesTheFileAndTheFix) {
 // and switches to the tree.
 TEST(TunerSwitch, SlowLinkMovesEveryRankToTheFasterAlgorithm) {
   ThreadWorldOptions world;
+  world.config.algorithms = AlgorithmChoice::kRetunedAfterWindow;
   world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(20)); };
   std::mutex mutex;
   std::vector<TuningEvent> first_events;
@@ -130,6 +131,72 @@ TEST(TunerSwitch, SlowLinkMovesEveryRankToTheFasterAlgorithm) {
     EXPECT_EQ(e.measured_seconds, first_events[0].measured_seconds);
   }
   for (Algorithm a : final_choice) EXPECT_EQ(a, Algorithm::kTree);
+}
+
+// Under training's mode the window that shows the slow link only marks its size: the step goes
+// on with halving-doubling, and the switch happens when every rank reaches the step boundary.
+TEST(TunerSwitch, AtStepBoundaryTheSlowSizeSwitchesOnlyWhenEveryRankCallsTheBoundary) {
+  ThreadWorldOptions world;
+  world.config.algorithms = AlgorithmChoice::kRetunedAtStepBoundary;
+  world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(20)); };
+  constexpr int64_t kCount = 1 << 16;
+  const size_t bytes = kCount * sizeof(float);
+  std::mutex mutex;
+  std::vector<TuningEvent> events;
+  run_ranks(
+      4,
+      [&](Communicator& comm) {
+        std::vector<float> grad(kCount);
+        for (int call = 0; call < Tuner::kWindow + 2; ++call) {
+          std::fill(grad.begin(), grad.end(), float(comm.rank()));
+          comm.all_reduce(grad.data(), kCount, DType::kF32, ReduceOp::kSum);
+          ASSERT_EQ(grad[0], 6.0f);
+        }
+        // Within the "step": no switch, every call ran halving-doubling.
+        EXPECT_TRUE(comm.tuning_events().empty());
+        EXPECT_EQ(comm.stats().totals(Collective::kAllReduce, Algorithm::kHalvingDoubling).calls,
+                  uint64_t(Tuner::kWindow + 2));
+        EXPECT_EQ(comm.planned_algorithm(Collective::kAllReduce, bytes),
+                  Algorithm::kHalvingDoubling);
+        EXPECT_EQ(comm.retune_at_step_boundary("after step 1"), 1);
+        EXPECT_EQ(comm.planned_algorithm(Collective::kAllReduce, bytes), Algorithm::kTree);
+        EXPECT_EQ(comm.retune_at_step_boundary("after step 2"), 0);  // nothing new closed
+        std::lock_guard lock(mutex);
+        ASSERT_EQ(comm.tuning_events().size(), 1u);
+        events.push_back(comm.tuning_events().front());
+      },
+      world);
+  ASSERT_EQ(events.size(), 4u);
+  for (const TuningEvent& e : events) {
+    EXPECT_EQ(e.before, Algorithm::kHalvingDoubling);
+    EXPECT_EQ(e.after, Algorithm::kTree);
+    EXPECT_EQ(e.measured_seconds, events[0].measured_seconds);  // agreed over the ranks
+  }
+}
+
+// parallel.deterministic: kAuto calls run ring whatever the size and never re-measure, even
+// over a slow link, so the summation order is the same in every run.
+TEST(TunerSwitch, PinnedCallsRunRingAndNeverSwitch) {
+  ThreadWorldOptions world;
+  world.config.algorithms = AlgorithmChoice::kPinned;
+  world.setup = [](ThreadHub& hub) { hub.set_link_delay(0, 1, std::chrono::milliseconds(5)); };
+  run_ranks(
+      4,
+      [&](Communicator& comm) {
+        std::vector<float> small(2, 1.0f), large(1 << 16, 1.0f);
+        for (int call = 0; call < Tuner::kWindow + 1; ++call) {
+          comm.all_reduce(small.data(), 2, DType::kF32, ReduceOp::kSum);
+          comm.all_reduce(large.data(), int64_t(large.size()), DType::kF32, ReduceOp::kSum);
+        }
+        EXPECT_EQ(comm.retune_at_step_boundary("after step 1"), 0);
+        EXPECT_TRUE(comm.tuning_events().empty());
+        EXPECT_EQ(comm.stats().totals(Collective::kAllReduce, Algorithm::kRing).calls,
+                  uint64_t(2 * (Tuner::kWindow + 1)));
+        EXPECT_EQ(comm.planned_algorithm(Collective::kAllReduce, 8), Algorithm::kRing);
+        // The model alone would not pick ring for 8 bytes on 4 ranks (fewer steps win).
+        EXPECT_NE(comm.tuner().choose(Collective::kAllReduce, 8), Algorithm::kRing);
+      },
+      world);
 }
 
 }  // namespace
