@@ -144,7 +144,15 @@ int64_t load_checkpoint_optimizer(const std::filesystem::path& dir, AdamW& optim
 // the tensors of its part and leaves the others to their stages; the last stage's tied copy of
 // the token table reads the table.
 void load_hf_weights(const std::filesystem::path& file, Transformer& model);
-// Writes <dir>/model.safetensors (F32, Hugging Face names) and <dir>/config.json.
-void export_hf(const std::filesystem::path& dir, Transformer& model);
+struct HfExportOptions {
+  // Largest weight file, as transformers' save_pretrained(max_shard_size="5GB"): a larger model
+  // is split into model-0000k-of-0000n.safetensors with model.safetensors.index.json.
+  uint64_t max_shard_bytes = 5'000'000'000;
+};
+// Writes <dir>/config.json and the weights (F32, Hugging Face names): model.safetensors, or the
+// hub's shards and index when they exceed options.max_shard_bytes. Weight files an earlier
+// export left in <dir> are removed first.
+void export_hf(const std::filesystem::path& dir, Transformer& model,
+               const HfExportOptions& options = {});
 
 }  // namespace lattice

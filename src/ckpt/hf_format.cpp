@@ -293,27 +293,26 @@ void load_hf_weights(const fs::path& source, Transformer& model) {
   finish_hf_load(source, model, load);
 }
 
-void export_hf(const fs::path& dir, Transformer& model) {
+void export_hf(const fs::path& dir, Transformer& model, const HfExportOptions& options) {
   expect_unsharded_model(model.registry(), "a Hugging Face export",
                          "save a checkpoint (save_trainer_checkpoint) and export that: `lattice "
                          "export CKPT` loads every shard into one tp-1 model");
+  LATTICE_CHECK(options.max_shard_bytes > 0, "export_hf: max_shard_bytes must be positive");
   const ModelConfig& c = model.config();
   nlohmann::json config = hf_config(c);
   fs::create_directories(dir);
   ParameterStore& store = model.parameters();
   const auto& specs = model.registry().specs();
-  // Declared before the writer and the tensors it references, so it outlives them.
+  // Declared before the tensors that reference it, so it outlives them.
   Arena scratch("export");
-  SafetensorsWriter writer;
-  writer.add_metadata("format", "pt");
-  for (int i = 0; i < int(specs.size()); ++i) writer.add(specs[size_t(i)].name, store.master(i));
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (int i = 0; i < int(specs.size()); ++i)
+    tensors.emplace_back(specs[size_t(i)].name, store.master(i));
   // Hugging Face's GPT-2 always has biases; a model trained without them is the same function
   // with zero biases, so those are written as zeros (exact).
-  std::vector<Tensor> zero_biases;
   if (c.family == ModelFamily::kGpt2 && !c.bias) {
     auto zeros = [&](const std::string& name, int64_t n) {
-      zero_biases.push_back(Tensor::zeros(scratch, {n}, DType::kF32));
-      writer.add(name, zero_biases.back());
+      tensors.emplace_back(name, Tensor::zeros(scratch, {n}, DType::kF32));
     };
     for (int64_t l = 0; l < c.n_layer; ++l) {
       std::string h = fmt::format("transformer.h.{}.", l);
@@ -326,7 +325,50 @@ void export_hf(const fs::path& dir, Transformer& model) {
     }
     zeros("transformer.ln_f.bias", c.d_model);
   }
-  writer.write(dir / "model.safetensors");
+
+  // The hub's layout (transformers' save_pretrained): tensors in order, a new file whenever the
+  // next tensor would take the current one past the limit (a larger tensor gets a file of its
+  // own), files model-0000k-of-0000n.safetensors and an index naming each tensor's file.
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t total_bytes = 0, shard_bytes = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const uint64_t bytes = tensors[t].second.nbytes();
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  // What an earlier export left must not shadow this one (the loader prefers model.safetensors).
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool hf_weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                            (name.starts_with("model-") && ends_with(name, ".safetensors"));
+    if (hf_weights) fs::remove(entry.path());
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file = shards.size() == 1 ? std::string("model.safetensors")
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors",
+                                                              k + 1, shards.size());
+    SafetensorsWriter writer;
+    writer.add_metadata("format", "pt");
+    for (size_t t : shards[k]) {
+      writer.add(tensors[t].first, tensors[t].second);
+      weight_map[tensors[t].first] = file;
+    }
+    writer.write(dir / file);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
+                                  {"weight_map", weight_map}};
+    const std::string text = index.dump(2) + "\n";
+    AtomicFileWriter out(dir / "model.safetensors.index.json");
+    out.write(text.data(), text.size());
+    out.commit();
+  }
   std::string text = config.dump(2) + "\n";
   AtomicFileWriter out(dir / "config.json");
   out.write(text.data(), text.size());

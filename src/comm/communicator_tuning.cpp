@@ -100,17 +100,22 @@ void Communicator::remeasure(Collective collective, size_t bytes, double slowdow
     tuner_.rescale(collective, a, bytes, seconds * event.in_use_factor);
   }
   event.after = tuner_.choose(collective, bytes);
+  tuner_.remeasured(collective, bytes, event.after != event.before);
   if (rank_ == 0) {
     std::string measured;
     for (auto [a, s] : event.measured_seconds) {
       measured += fmt::format(" {}={:.3f}ms", algorithm_name(a), s * 1e3);
     }
-    spdlog::info(
-        "comm tuner{}{}: {} of {} bytes on group '{}' ran {:.2f}x slower than predicted over {} "
-        "calls; re-measured:{}; {} -> {} (in use {:.2f}x the re-measured time)",
-        when.empty() ? "" : " ", when, collective_name(collective), bytes, name_, slowdown,
-        Tuner::kWindow, measured, algorithm_name(event.before), algorithm_name(event.after),
-        event.in_use_factor);
+    // A switch in one of world rank 0's groups is news (one voice per layout: the other groups
+    // of its kind see the same machine); a re-measure that kept the algorithm, or another
+    // group's switch, is detail.
+    const bool news = event.after != event.before && transport_->world_rank() == 0;
+    spdlog::log(news ? spdlog::level::info : spdlog::level::debug,
+                "comm tuner{}{}: {} of {} bytes on group '{}' ran {:.2f}x slower than predicted; "
+                "re-measured:{}; {} -> {} (in use {:.2f}x the re-measured time)",
+                when.empty() ? "" : " ", when, collective_name(collective), bytes, name_, slowdown,
+                measured, algorithm_name(event.before), algorithm_name(event.after),
+                event.in_use_factor);
   }
   tuning_events_.push_back(std::move(event));
 }

@@ -1,5 +1,6 @@
 #include "comm/tuner.h"
 
+#include <algorithm>
 #include <bit>
 #include <limits>
 
@@ -49,7 +50,7 @@ bool Tuner::observe(Collective collective, Algorithm algorithm, size_t bytes, do
   w.measured_sum += seconds;
   w.predicted_sum += predict(collective, algorithm, bytes);
   ++w.calls;
-  return w.calls >= kWindow;
+  return w.calls >= w.length;
 }
 
 Tuner::WindowResult Tuner::take_window(Collective collective, size_t bytes) {
@@ -59,8 +60,14 @@ Tuner::WindowResult Tuner::take_window(Collective collective, size_t bytes) {
     result.slowdown = w.measured_sum / w.predicted_sum;
     result.excess_seconds = (w.measured_sum - w.predicted_sum) / w.calls;
   }
-  w = Window{};
+  w.calls = 0;
+  w.measured_sum = w.predicted_sum = 0;
   return result;
+}
+
+void Tuner::remeasured(Collective collective, size_t bytes, bool switched) {
+  Window& w = windows_[{collective, bucket(bytes)}];
+  w.length = switched ? kWindow : std::min(2 * w.length, kMaxWindow);
 }
 
 void Tuner::rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds) {

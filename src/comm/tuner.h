@@ -19,8 +19,11 @@ namespace lattice {
 
 class Tuner {
  public:
-  // Calls per size bucket between two checks of predicted against measured time.
+  // Calls per size bucket between two checks of predicted against measured time; a re-measure
+  // that keeps the algorithm doubles its bucket's window (up to kMaxWindow), a switch resets it:
+  // a machine that is merely noisy is re-measured ever more rarely.
   static constexpr int kWindow = 8;
+  static constexpr int kMaxWindow = 64 * kWindow;
   // A window whose mean measured / predicted time exceeds this triggers a re-measure...
   static constexpr double kSlowdownThreshold = 1.5;
   // ...when its calls also ran this much longer than predicted, each: scheduling noise makes
@@ -48,6 +51,9 @@ class Tuner {
   WindowResult take_window(Collective collective, size_t bytes);
   // After a re-measure: scales the algorithm's model in this bucket to match `seconds`.
   void rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds);
+  // After a re-measure: whether it switched the bucket's algorithm (resets or doubles its
+  // window).
+  void remeasured(Collective collective, size_t bytes, bool switched);
 
   void set_profile(CostProfile profile) { profile_ = std::move(profile); }
   // The size bucket of a call of `bytes`: windows, scales and re-measures are per bucket.
@@ -55,6 +61,7 @@ class Tuner {
 
  private:
   struct Window {
+    int length = kWindow;
     int calls = 0;
     double measured_sum = 0;
     double predicted_sum = 0;
