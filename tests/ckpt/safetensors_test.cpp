@@ -65,7 +65,6 @@ class SafetensorsTest : public testing::ScratchDirTest {
            std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
   }
 
-  std::filesystem::path dir_;
   Arena arena_{"safetensors_test", size_t(1) << 20};
 };
 

@@ -36,8 +36,6 @@ class ChromeTraceTest : public testing::ScratchDirTest {
     }
     return nullptr;
   }
-
-  fs::path dir_;
 };
 
 // A rank's step: data, two forwards, a send with nanosecond-odd times, an idle wait, a
