@@ -163,6 +163,36 @@ TEST(BenchCli, DataParallelNeedsAnExistingConfig) {
   EXPECT_NE(r.err.find("File does not exist: " + missing), std::string::npos) << r.err;
 }
 
+// Elastic: the snapshot's overhead against the uninterrupted run, and what a killed rank costs
+// (rank 1 killed in step 3's backward; the snapshot of step 2 restored: one step lost).
+TEST(BenchCli, ElasticPricesTheSnapshotAndAKilledRanksRecovery) {
+  const auto data = make_corpus_dir("bench_elastic", 8000, 2000);
+  const auto config = write_tiny_config(data, 2, "");
+  const CliResult r =
+      run_cli(bench({"elastic", config.string(), "--nproc", "2", "--steps", "6", "--fault-step",
+                     "3", "--kinds", "kill", "--repeat", "1", "--warmup", "1"}),
+              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("uninterrupted, no snapshots:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": snapshot overhead "), std::string::npos) << r.out;
+  std::vector<std::string> kill;
+  for (const auto& row : rows(r.out)) {
+    if (!row.empty() && row[0] == "kill") kill = row;
+  }
+  ASSERT_GE(kill.size(), 5u) << r.out;
+  EXPECT_GT(std::stod(kill[1]), 0.0) << r.out;  // detection s
+  EXPECT_GT(std::stod(kill[2]), 0.0) << r.out;  // recovery s
+  EXPECT_EQ(kill[3], "1") << r.out;             // steps lost
+  EXPECT_NE(r.out.find("killed by signal 9"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, ElasticNeedsTwoRanks) {
+  const CliResult r = run_cli(
+      bench({"elastic", LATTICE_SOURCE_DIR "/configs/gpt2-tiny.toml", "--nproc", "1"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("--nproc: Value 1 not in range 2 to 64"), std::string::npos) << r.err;
+}
+
 // Calibration (--quick) writes a cluster profile that `lattice plan --cluster` reads.
 TEST(BenchCli, CalibrateQuickWritesAProfileThatPlanReads) {
   const auto profile = scratch_dir("bench_calibrate") / "cpu.json";
