@@ -15,6 +15,21 @@ function(lattice_add_layer name)
   target_link_libraries(lattice_${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
+# lattice_sanitizer_environment(OUT) sets OUT to the ENVIRONMENT_MODIFICATION entry of a test in a
+# sanitized build: the suppression file for third-party code (tests/sanitizers/), appended to the
+# caller's TSAN_OPTIONS (thread) or LSAN_OPTIONS (address; leak checking stays on for Lattice's
+# own code). Empty in other builds. One entry at most: thread and address never combine.
+function(lattice_sanitizer_environment out)
+  set(_supp ${PROJECT_SOURCE_DIR}/tests/sanitizers)
+  if("thread" IN_LIST LATTICE_SANITIZE)
+    set(${out} "TSAN_OPTIONS=string_append: suppressions=${_supp}/tsan.supp" PARENT_SCOPE)
+  elseif("address" IN_LIST LATTICE_SANITIZE)
+    set(${out} "LSAN_OPTIONS=string_append: suppressions=${_supp}/lsan.supp" PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
 # lattice_add_test_suite(NAME DEPS ...) builds tests/NAME/*_test.cpp into NAME_tests and
 # registers every test case with CTest under the label NAME.
 function(lattice_add_test_suite name)
@@ -29,11 +44,10 @@ function(lattice_add_test_suite name)
   # One OpenMP thread per test process: ctest runs tests side by side, and OpenMP teams that
   # oversubscribe the cores spin against each other (tests that need more set their budget).
   set(_properties LABELS "${name};${ARG_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=1")
-  if("thread" IN_LIST LATTICE_SANITIZE)
-    # Suppressions for third-party code (tests/sanitizers/tsan.supp), appended to the caller's
-    # TSAN_OPTIONS. A property of its own: gtest_discover_tests flattens a list-valued ENVIRONMENT.
-    list(APPEND _properties ENVIRONMENT_MODIFICATION
-         "TSAN_OPTIONS=string_append: suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan.supp")
+  lattice_sanitizer_environment(_sanitizer_environment)
+  if(_sanitizer_environment)
+    # A property of its own: gtest_discover_tests flattens a list-valued ENVIRONMENT.
+    list(APPEND _properties ENVIRONMENT_MODIFICATION "${_sanitizer_environment}")
   endif()
   gtest_discover_tests(${name}_tests PROPERTIES ${_properties} DISCOVERY_TIMEOUT 60)
 endfunction()

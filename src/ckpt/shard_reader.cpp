@@ -36,8 +36,8 @@ std::string CheckpointReader::tensors_in(const std::string& file) const {
 void CheckpointReader::verify_file(const FileRecord& file, bool verify_checksum) {
   const fs::path path = dir_ / file.name;
   const std::string hint =
-      "---> HINT: the checkpoint is damaged; resume from an older one (resume_auto skips damaged "
-      "ones)";
+      "---> HINT: the checkpoint is damaged; resume from an older one (`lattice train --resume "
+      "auto` skips damaged ones)";
   std::error_code ec;
   const uint64_t size = fs::file_size(path, ec);
   if (ec) {

@@ -24,6 +24,7 @@
 #include "cli/bench_parent.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "comm/cost_model.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
@@ -202,7 +203,9 @@ std::vector<plan::CollectiveMeasurement> measure_collectives(const CalibrateArgs
   const int max_ranks =
       args.max_ranks > 0 ? args.max_ranks : std::max(2, available_cores() / args.threads);
   const int64_t min_bytes = args.quick ? 4 << 10 : 256 << 10;
-  const int64_t max_bytes = args.quick ? 64 << 10 : 64 << 20;
+  // --quick still reaches 1 MiB: below that the times are all latency, and on a busy machine
+  // the fit's bandwidth term comes out zero or negative (refused below).
+  const int64_t max_bytes = args.quick ? 1 << 20 : 64 << 20;
   const double budget = args.quick ? 0.005 : 0.05;
   std::vector<plan::CollectiveMeasurement> out;
   for (int n = 2; n <= max_ranks; ++n) {
@@ -269,20 +272,20 @@ void register_bench_command(CLI::App& app) {
   CLI::App* t = bench->add_subcommand(
       "train", "Training steps per precision x threads: tok/s, ms/step, model FLOP/s vs GEMM");
   t->add_option("--preset", train->preset, "model preset (random init)");
-  t->add_option("--batch", train->batch, "sequences per step")->check(CLI::PositiveNumber);
-  t->add_option("--seq", train->seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  t->add_option("--steps", train->steps, "timed steps")->check(CLI::PositiveNumber);
-  t->add_option("--warmup", train->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  t->add_option("--batch", train->batch, "sequences per step")->check(positive_number());
+  t->add_option("--seq", train->seq, "tokens per sequence")->check(positive_number());
+  t->add_option("--steps", train->steps, "timed steps")->check(positive_number());
+  t->add_option("--warmup", train->warmup, "untimed steps first")->check(non_negative_number());
   t->add_option("--threads", train->threads, "thread counts, e.g. 1,2 (default 1 and all cores)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   t->add_option("--precision", train->precisions, "fp32 and/or bf16, e.g. fp32,bf16")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}));
   t->add_option("--ceiling-shape", train->ceiling_shape, "M,K,N of the bf16 GEMM ceiling")
       ->delimiter(',');
   t->add_option("--gemm-repeats", train->gemm_repeats, "timed GEMM calls (best is kept)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   t->callback([train] { run_bench_train(*train); });
 
   auto cal = std::make_shared<CalibrateArgs>();
@@ -290,9 +293,9 @@ void register_bench_command(CLI::App& app) {
       "calibrate", "Measure this machine and write a cluster profile for `lattice plan`");
   c->add_option("--out", cal->out, "profile JSON to write");
   c->add_option("--name", cal->name, "the profile's name");
-  c->add_option("--threads", cal->threads, "threads per rank")->check(CLI::PositiveNumber);
+  c->add_option("--threads", cal->threads, "threads per rank")->check(positive_number());
   c->add_option("--max-ranks", cal->max_ranks, "largest collective group (default cores/threads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   c->add_flag("--quick", cal->quick, "tiny shapes and sizes (a smoke test, not a calibration)");
   c->callback([cal] { run_calibrate(*cal); });
 }

@@ -22,6 +22,7 @@
 #include "cli/bench_parent.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "comm/thread_world.h"
 #include "core/arena.h"
 #include "core/error.h"
@@ -110,7 +111,17 @@ void run_layout(const BenchDpArgs& args, const TrainConfig& base, Layout layout,
 }
 
 void run_bench_dp(const BenchDpArgs& args) {
-  const TrainConfig base = load_train_config(args.config, args.overrides);
+  TrainConfig base = load_train_config(args.config, args.overrides);
+  if (base.global_batch == 0) {
+    // One global batch for every layout: a config that leaves it to be derived gets the one of
+    // the widest layout (micro_batch × micro_batches × --dp), and dp = 1 runs it in more
+    // micro-batches. Resolved per layout instead, dp = N would train on N times the batch.
+    TrainConfig widest = base;
+    widest.resolve_batch(args.dp);
+    base.global_batch = widest.global_batch;
+    base.micro_batch = widest.micro_batch;
+    base.micro_batches = 0;
+  }
   if (args.dp > available_cores()) {
     LATTICE_THROW(ConfigError,
                   "bench dp: --dp {} ranks of one thread need {} cores but {} are available "
@@ -175,10 +186,10 @@ void register_bench_dp_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
   cmd->add_option("--steps", args->steps, "timed steps per layout and repetition")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+      ->check(positive_number());
+  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_number());
   cmd->add_option("--repeat", args->repeat, "run the layouts this many times in turn")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([args] { run_bench_dp(*args); });
 }
 

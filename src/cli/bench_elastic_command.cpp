@@ -26,6 +26,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/launch_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -157,12 +158,12 @@ void register_bench_elastic_command(CLI::App& app) {
   cmd->add_option("config", args->config, "The TOML config")->required();
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value");
   cmd->add_option("--nproc", args->nproc, "Rank processes")->check(CLI::Range(2, 64));
-  cmd->add_option("--steps", args->steps, "Steps of each run")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Steps of each run")->check(positive_number());
   cmd->add_option("--fault-step", args->fault_step, "The step each fault fires in (rank 1)");
   cmd->add_option("--repeat", args->repeat, "Alternating rounds of the uninterrupted runs")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--warmup", args->warmup, "Steps of each run left out of its step times")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--kinds", args->kinds, "Fault kinds: kill, stop, hang, throw")->delimiter(',');
   cmd->callback([args] { run_bench_elastic(*args); });
 }

@@ -20,6 +20,7 @@
 
 #include "cli/bench_parent.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "comm/thread_world.h"
 #include "core/timer.h"
 #include "parallel/pipeline_runtime.h"
@@ -152,9 +153,9 @@ void register_bench_pipeline_command(CLI::App& app) {
       ->check(CLI::Range(2, 16));
   cmd->add_option("--micro-batches", args->micro_batches, "Micro-batches per step (list)");
   cmd->add_option("--forward-ms", args->forward_ms, "Forward time of one stage (synthetic)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--steps", args->steps, "Timed steps per configuration")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([args] { run_bench_pipeline(*args); });
 }
 

@@ -25,6 +25,7 @@
 #include "cli/bench_parent.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "comm/thread_world.h"
 #include "core/arena.h"
 #include "core/error.h"
@@ -223,7 +224,7 @@ LayoutResult run_layout(const BenchTpArgs& args, const ModelConfig& model_config
 
 void check_args(const BenchTpArgs& args, const ModelConfig& model_config) {
   if (args.seq > model_config.seq_len) {
-    LATTICE_THROW(ValueError,
+    LATTICE_THROW(ConfigError,  // input refused: exit 3
                   "bench tp: seq {} is longer than the model's context {} ---> HINT: pass a "
                   "smaller --seq",
                   args.seq, model_config.seq_len);
@@ -289,18 +290,18 @@ void register_bench_tp_command(CLI::App& app) {
   CLI::App* cmd = bench->add_subcommand(
       "tp", "Training steps per tensor-parallel layout: ms/step, fraction in TP collectives");
   cmd->add_option("--preset", args->preset, "model preset (random init)");
-  cmd->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", args->batch, "sequences per step")->check(positive_number());
+  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(positive_number());
+  cmd->add_option("--steps", args->steps, "timed steps")->check(positive_number());
+  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_number());
   cmd->add_option("--tp", args->tp, "tensor-parallel sizes, e.g. 1,2 (1 is the baseline)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--precision", args->precision, "fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--sp", args->sp, "sequence parallelism for tp > 1: off, on or both")
       ->check(CLI::IsMember({"off", "on", "both"}));
-  cmd->add_option("--threads", args->threads, "threads per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "threads per rank")->check(positive_number());
   cmd->add_option("--seed", args->seed, "initialisation and token seed");
   cmd->callback([args] { run_bench_tp(*args); });
 }

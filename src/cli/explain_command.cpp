@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "model/model_description.h"
 #include "parallel/device_mesh.h"
@@ -283,28 +284,28 @@ void register_explain_command(CLI::App& app) {
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
       ->allow_extra_args(false);
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (default: parallel.tp)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_flag("--sp", args->sp,
                 "Sequence parallelism within the tensor-parallel group (default: parallel.sp)");
   cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--zero", args->zero,
                   "ZeRO stage over dp: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 "
                   "and parameters (default: parallel.zero)")
       ->check(CLI::Range(0, 3));
-  cmd->add_option("--pp", args->pp, "Pipeline stages")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", args->pp, "Pipeline stages")->check(positive_number());
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
   cmd->add_option("--micro-batches", args->micro_batches,
                   "Micro-batches per step (overrides batch.micro_batches)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--virtual-stages", args->virtual_stages, "Model chunks per pipeline rank")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--recompute", args->recompute,
                   "Activation recompute: none, selective (attention core), full (layer inputs "
                   "kept only)");
   cmd->add_option("--rank", args->rank, "The world rank to describe (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->callback([args] { run_explain(*args); });
 }
 

@@ -66,7 +66,9 @@ void run_export(const ExportArgs& args) {
 void register_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face directory");
-  cmd->add_option("--ckpt", args->ckpt, "Checkpoint directory (e.g. runs/x/final)")->required();
+  cmd->add_option("--ckpt", args->ckpt, "Checkpoint directory (e.g. runs/x/final)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--out", args->out, "Output directory")->required();
   cmd->add_option("--max-shard-size", args->max_shard_size,
                   "Largest weight file, e.g. 5GB (default, as the hub) or 500MB: a larger model "

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/launch_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/stop_request.h"
 #include "elastic/agent.h"
@@ -73,20 +74,20 @@ void register_launch_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "launch", "Run a training job as elastic rank processes that recover from failures");
   cmd->add_option("--nproc-per-node", args->nproc_per_node, "Rank processes on this machine")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--max-restarts", args->max_restarts,
                   "Failures of one rank the job recovers from before it ends")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--min-ranks", args->min_ranks,
                   "Go on with fewer ranks, down to this many, when one fails more than "
                   "--max-restarts times (default: --nproc-per-node, never shrink)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--spares", args->spares,
                   "Extra processes started idle; a failed rank's place goes to one of them")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--grace-s", args->grace_s,
                   "After SIGTERM: seconds the ranks have to finish their step and checkpoint")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("command", args->command, "The rank command after --: train CONFIG [train flags]")
       ->required();
   cmd->callback([args] { run_launch(*args); });

@@ -8,8 +8,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
-// Exit codes: 0 done, 1 an error, 2 an unexpected one, 3 the input was refused (ConfigError:
-// retrying cannot help; `lattice launch` ends the job on it, elastic/agent.h).
+// Exit codes: 0 done, 1 an error, 2 an unexpected one, 3 the input was refused (ConfigError or
+// a command-line parse error: retrying cannot help; `lattice launch` ends the job on it,
+// elastic/agent.h).
 int main(int argc, char** argv) {
   // Logs and errors on stderr: stdout carries what a command produces (tables, --json).
   spdlog::set_default_logger(spdlog::stderr_color_mt("lattice"));
@@ -20,7 +21,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end here too (0). Any other parse error (a missing, unknown or
+    // out-of-range flag, a path that does not exist) is input refused like a ConfigError: exit
+    // 3, not CLI11's own codes (105, 106, ...), so that `lattice launch` does not restart ranks
+    // into the same refusal. CLI11 prints the message and "Run with --help".
+    return app.exit(e) == 0 ? 0 : 3;
   } catch (const lattice::ConfigError& e) {
     // The input cannot work as given: a launcher must not retry it.
     spdlog::error("{}", e.what());

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/plan_validate_command.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "plan/alternatives.h"
@@ -172,24 +173,24 @@ void register_plan_command(CLI::App& app) {
                   "pp2+zb (dp<N> tp<N> pp<N> zero<K> sp 1f1b|gpipe|zb|v<N> rc-sel|rc-full mb<N>)")
       ->capture_default_str();
   cmd->add_option("--layers", v.layers, "--validate: override the model's layer count")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--micro-batches", v.micro_batches,
                   "--validate: micro-batches per step of pipeline layouts (without mb<N>)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--rounds", v.rounds,
                   "--validate: run the layout list this many times (step time: median of all)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--steps", v.steps, "--validate: timed steps per layout")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--warmup", v.warmup, "--validate: untimed steps first")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--threads", v.threads, "--validate: threads per rank")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--data", v.data, "--validate: directory with train.bin (default: synthetic)");
   cmd->add_flag("--oversubscribe", v.oversubscribe,
                 "--validate: allow layouts with more ranks x threads than cores (memory only: "

@@ -5,6 +5,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/thread_budget.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"
@@ -37,11 +38,13 @@ void run_sample(const SampleArgs& args) {
 void register_sample_command(CLI::App& app) {
   auto args = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  cmd->add_option("--ckpt", args->ckpt, "Checkpoint directory (e.g. runs/x/final)")->required();
+  cmd->add_option("--ckpt", args->ckpt, "Checkpoint directory (e.g. runs/x/final)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--prompt", args->prompt, "Text to continue");
-  cmd->add_option("--tokens", args->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tokens", args->tokens, "Tokens to generate")->check(non_negative_number());
   cmd->add_option("--temperature", args->temperature, "Softmax temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--seed", args->seed, "Sampling seed");
   cmd->callback([args] { run_sample(*args); });
 }

@@ -19,6 +19,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/trainer_checkpointer.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "comm/launch.h"
 #include "core/cpu_peak.h"
 #include "core/rank_progress.h"
@@ -552,11 +553,10 @@ void register_train_command(CLI::App& app) {
       "model.safetensors.index.json)");
   // The layout flags override the config's [parallel] keys of the same names when given.
   ParallelConfig& layout = args->layout;
-  cmd->add_option("--dp", layout.dp, "Data-parallel ranks (parallel.dp)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", layout.dp, "Data-parallel ranks (parallel.dp)")->check(positive_number());
   cmd->add_option("--tp", layout.tp,
                   "Tensor-parallel ranks: heads, d_ff and vocabulary split (parallel.tp)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_flag("--sp", layout.sequence_parallel,
                 "Sequence parallelism: split the residual stream's token rows over the tp group "
                 "(parallel.sp; --sp=false turns it off)");
@@ -570,7 +570,7 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 3));
   cmd->add_option("--bucket-mb", layout.bucket_mb,
                   "Gradient bucket size in MB, dp > 1 (parallel.bucket_mb)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--resume", args->resume,
                   "Continue from a checkpoint directory, or 'auto': the newest valid one under "
                   "output.dir/checkpoints");
@@ -584,12 +584,12 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--ckpt-async", args->ckpt_async,
                 "Periodic checkpoints: snapshot in memory, write on a background thread while "
                 "training continues (output.checkpoint_async)");
-  cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(positive_number());
   cmd->add_option("--schedule", layout.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 (parallel.schedule)");
   cmd->add_option("--virtual-stages", layout.virtual_stages,
                   "Model chunks per pipeline stage, for interleaved-1f1b (parallel.virtual_stages)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--layers-per-chunk", layout.layers_per_chunk,
                   "Pipeline chunks' layer counts in model order, e.g. 3,5 (default: balanced by "
                   "the cost model; parallel.layers_per_chunk)")

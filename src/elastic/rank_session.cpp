@@ -29,12 +29,14 @@ int64_t parse_variable(const char* name, const char* text) {
 Assignment read_assignment(const RankStatus& status) {
   // The agent stores the generation last: equal before and after, the fields are its.
   for (;;) {
+    // The fields are loaded with acquire so that the second load of the generation cannot move
+    // before them (what an acquire fence would do; ThreadSanitizer does not model fences, and
+    // GCC refuses them under -fsanitize=thread).
     const int64_t generation = status.assigned_generation.load(std::memory_order_acquire);
     Assignment a{.generation = generation,
-                 .rank = status.assigned_rank.load(std::memory_order_relaxed),
-                 .world = status.assigned_world.load(std::memory_order_relaxed),
-                 .refit = status.assigned_refit.load(std::memory_order_relaxed) != 0};
-    std::atomic_thread_fence(std::memory_order_acquire);
+                 .rank = status.assigned_rank.load(std::memory_order_acquire),
+                 .world = status.assigned_world.load(std::memory_order_acquire),
+                 .refit = status.assigned_refit.load(std::memory_order_acquire) != 0};
     if (status.assigned_generation.load(std::memory_order_relaxed) == generation) return a;
   }
 }

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/shard_reader.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

@@ -9,7 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/crc32c.h"
 #include "core/philox.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

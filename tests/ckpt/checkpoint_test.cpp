@@ -13,6 +13,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/philox.h"
+#include "support/scratch_dir.h"
 #include "train/pipeline_stage.h"
 
 namespace lattice {
@@ -21,10 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("lattice_ckpt_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::scratch_dir("checkpoint_" + name);
 }
 
 std::vector<float> logits_of(Transformer& model) {

@@ -18,7 +18,7 @@
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/trainer_checkpointer.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "trainer_layouts.h"
 
 namespace lattice {

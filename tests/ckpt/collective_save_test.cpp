@@ -9,7 +9,7 @@
 
 #include "ckpt/shard_reader.h"
 #include "comm/thread_world.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "ckpt/shard_reader.h"
 #include "ckpt/shard_writer.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

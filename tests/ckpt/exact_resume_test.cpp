@@ -7,7 +7,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/philox.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "train/lr_schedule.h"
 
 namespace lattice {

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "ckpt/shard_writer.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

@@ -8,7 +8,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

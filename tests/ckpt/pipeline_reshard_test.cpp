@@ -16,7 +16,7 @@
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "trainer_layouts.h"
 
 namespace lattice {

@@ -10,7 +10,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/philox.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

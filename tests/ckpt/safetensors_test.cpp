@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
@@ -27,18 +28,8 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
   return out + header + data;
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("lattice_safetensors_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // The IoError of opening a file with this header and data; checks it names the file.
   std::string open_error(const std::string& header, const std::string& data) {
     return open_error_bytes(safetensors_bytes(header, data));
@@ -74,7 +65,6 @@ class SafetensorsTest : public ::testing::Test {
            std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
   }
 
-  std::filesystem::path dir_;
   Arena arena_{"safetensors_test", size_t(1) << 20};
 };
 

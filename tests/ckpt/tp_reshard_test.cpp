@@ -22,7 +22,7 @@
 #include "ckpt/checkpoint.h"
 #include "comm/thread_world.h"
 #include "parallel/device_mesh.h"
-#include "scratch_dir.h"
+#include "support/scratch_dir.h"
 #include "trainer_layouts.h"
 
 namespace lattice {

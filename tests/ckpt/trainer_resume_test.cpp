@@ -30,8 +30,7 @@ TrainConfig resume_config(const std::filesystem::path& data) {
 
 TEST(TrainerResume, StopCheckpointResumeIsBitwiseTheUninterruptedRun) {
   auto data = testing::make_corpus_dir("resume");
-  auto root = std::filesystem::temp_directory_path() / "lattice_resume_ckpts";
-  std::filesystem::remove_all(root);
+  auto root = testing::scratch_dir("resume_ckpts");
   const TrainConfig config = resume_config(data);
 
   Arena arena_a("uninterrupted");

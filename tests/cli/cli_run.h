@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -41,7 +42,7 @@ inline std::string read_text(const std::filesystem::path& path) {
 class CliProcess {
  public:
   CliProcess(std::vector<std::string> args, std::vector<std::string> extra_env = {}) {
-    static int counter = 0;
+    static std::atomic<int> counter = 0;  // processes may be started from several threads
     const auto base =
         std::filesystem::temp_directory_path() /
         ("lattice_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
@@ -130,6 +131,28 @@ inline std::filesystem::path write_tiny_config(const std::filesystem::path& data
                         << "[train]\nsteps = " << steps << "\nthreads = 1\n"
                         << extra;
   return config;
+}
+
+// `lattice train CONFIG` with output.dir=OUT and no sampling, plus `extra` arguments.
+inline std::vector<std::string> train_args(const std::filesystem::path& config,
+                                           const std::filesystem::path& out,
+                                           std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {LATTICE_EXECUTABLE,           "train", config.string(),  "--set",
+                                   "output.dir=" + out.string(), "--set", "sample.tokens=0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The value of `"key":NUMBER` in each JSON line of a metrics file that has it.
+inline std::vector<double> metric_values(const std::filesystem::path& metrics,
+                                         const std::string& key) {
+  std::vector<double> out;
+  const std::string text = read_text(metrics);
+  const std::string needle = "\"" + key + "\":";
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    out.push_back(std::stod(text.substr(at + needle.size())));
+  }
+  return out;
 }
 
 // Whether two files hold the same bytes.

@@ -22,6 +22,7 @@
 
 #include "collective_check.h"
 #include "comm/thread_world.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
@@ -566,10 +567,7 @@ TEST(GlooRendezvous, RanksDisagreeingOnTheWorldSizeAreRefused) {
 // (the next generation) meets in the same directory without meeting the old keys; reusing a
 // generation is refused instead of connecting to addresses of processes that are gone.
 TEST(GlooRendezvous, FileStoreGenerations) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("lattice_gloo_test_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("gloo_file_store");
   auto run_generation = [&](int generation) {
     std::vector<float> sums(2, 0.0f);
     auto rank_main = [&](int rank) {

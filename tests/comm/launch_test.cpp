@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
@@ -154,9 +155,7 @@ TEST(Launch, GlooRunsTheBodyOnTheLaunchersWorld) {
   if (detect_gloo_environment().has_value()) {
     GTEST_SKIP() << "this test process was started by lattice launch";
   }
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("lattice_launch_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = testing::scratch_dir("launch_gloo_store");
   const std::pair<const char*, std::string> vars[] = {{"LATTICE_RANK", "0"},
                                                       {"LATTICE_WORLD_SIZE", "1"},
                                                       {"LATTICE_LOCAL_RANK", "0"},

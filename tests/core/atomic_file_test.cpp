@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
@@ -18,21 +19,11 @@ std::string read_all(const std::filesystem::path& path) {
   return s.str();
 }
 
-class AtomicFileWriterTest : public ::testing::Test {
+class AtomicFileWriterTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("lattice_atomic_file_" +
-            std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   size_t entries() const {
     return size_t(std::distance(std::filesystem::directory_iterator(dir_), {}));
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(AtomicFileWriterTest, CommitReplacesTheTargetWithTheNewBytes) {

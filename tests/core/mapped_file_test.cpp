@@ -6,14 +6,14 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
 
+// A path `name` in a fresh directory of its own (the file itself is not created).
 std::filesystem::path scratch(const std::string& name) {
-  return std::filesystem::temp_directory_path() /
-         (std::string("lattice_mapped_file_") +
-          std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" + name);
+  return testing::scratch_dir("mapped_file_" + name) / name;
 }
 
 TEST(MappedFile, MapsEveryByteOfTheFile) {

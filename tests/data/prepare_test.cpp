@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
-#include "data/scratch_dir.h"
 #include "data/token_file.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

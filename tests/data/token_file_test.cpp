@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/scratch_dir.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/scratch_dir.h"
 #include "data/window_order.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {

@@ -4,15 +4,13 @@
 
 #include <unistd.h>
 
+#include "support/scratch_dir.h"
+
 namespace lattice {
 namespace {
 
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("lattice_fault_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::scratch_dir("fault_" + name);
 }
 
 TEST(FaultSpecs, ParseEveryKindPhaseAndTheOptionalCount) {

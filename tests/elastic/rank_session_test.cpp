@@ -9,6 +9,8 @@
 #include <chrono>
 #include <thread>
 
+#include "support/scratch_dir.h"
+
 namespace lattice {
 namespace {
 
@@ -17,11 +19,7 @@ using namespace std::chrono_literals;
 // The variables `lattice launch` gives a rank process, for the life of one test.
 class FakeAgent {
  public:
-  explicit FakeAgent(const std::string& name)
-      : dir_(std::filesystem::temp_directory_path() /
-             ("lattice_session_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+  explicit FakeAgent(const std::string& name) : dir_(testing::scratch_dir("session_" + name)) {
     record_.emplace(RankStatusMap::create(process_status_path(dir_, 0)));
     ::setenv("LATTICE_AGENT_DIR", dir_.c_str(), 1);
     ::setenv("LATTICE_STATUS_FILE", process_status_path(dir_, 0).c_str(), 1);

@@ -8,13 +8,13 @@
 #include <thread>
 
 #include "elastic/fault_injection.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
 
 std::filesystem::path status_file(const std::string& name) {
-  return std::filesystem::temp_directory_path() /
-         ("lattice_status_" + name + "_" + std::to_string(::getpid()));
+  return testing::scratch_dir("status_" + name) / "status";
 }
 
 TEST(AtomicText, KeepsTextUpToItsCapacity) {

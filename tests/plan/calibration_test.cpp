@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "plan/cluster_profile.h"
+#include "support/scratch_dir.h"
 
 namespace lattice::plan {
 namespace {
@@ -52,8 +53,7 @@ TEST(Calibration, TheLinkComesFromTheAllReduce) {
 
 TEST(Calibration, WrittenProfileLoadsBackEqual) {
   const ClusterSpec c = calibrated_cluster(two_core_machine());
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "lattice_calibration_test.json").string();
+  const std::string path = (testing::scratch_dir("calibration") / "profile.json").string();
   save_cluster_profile(c, path);
   const ClusterSpec back = load_cluster_profile(path);
   std::filesystem::remove(path);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice::plan {
 namespace {
@@ -94,8 +95,7 @@ TEST(ClusterProfile, MalformedProfilesNameTheProblem) {
 }
 
 TEST(ClusterProfile, SaveIsReadBackByResolve) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "lattice_plan_profile_test.json").string();
+  const std::string path = (testing::scratch_dir("cluster_profile") / "profile.json").string();
   save_cluster_profile(calibrated(), path);
   const ClusterSpec c = resolve_cluster(path);
   std::filesystem::remove(path);

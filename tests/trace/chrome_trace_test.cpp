@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/scratch_dir.h"
 
 namespace lattice {
 namespace {
@@ -19,17 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class ChromeTraceTest : public ::testing::Test {
+class ChromeTraceTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("lattice_trace_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   static json parse_file(const fs::path& path) {
     std::ifstream in(path);
     return json::parse(in);
@@ -44,8 +36,6 @@ class ChromeTraceTest : public ::testing::Test {
     }
     return nullptr;
   }
-
-  fs::path dir_;
 };
 
 // A rank's step: data, two forwards, a send with nanosecond-odd times, an idle wait, a

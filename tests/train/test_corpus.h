@@ -7,6 +7,7 @@
 
 #include "core/philox.h"
 #include "data/token_file.h"
+#include "support/scratch_dir.h"
 
 namespace lattice::testing {
 
@@ -26,12 +27,11 @@ inline std::vector<int32_t> corpus_tokens(int64_t count, uint64_t seed) {
   return tokens;
 }
 
-// Creates <tmp>/<name>/{train,val}.bin and returns the directory.
+// Creates {train,val}.bin in a fresh scratch directory (support/scratch_dir.h) and returns the
+// directory.
 inline std::filesystem::path make_corpus_dir(const std::string& name, int64_t train_tokens = 20000,
                                              int64_t val_tokens = 4000) {
-  auto dir = std::filesystem::temp_directory_path() / ("lattice_test_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  auto dir = scratch_dir("corpus_" + name);
   write_token_file(dir / "train.bin", corpus_tokens(train_tokens, 1));
   write_token_file(dir / "val.bin", corpus_tokens(val_tokens, 2));
   return dir;

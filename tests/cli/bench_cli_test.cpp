@@ -1,0 +1,214 @@
+// `lattice bench …` through the executable, each at the smallest size that still measures: the
+// rows and the ratio columns it exists for, and a refused bad value each.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/tiny_run.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 60;
+
+std::vector<std::string> bench(std::vector<std::string> extra) {
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "bench"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The whitespace-separated fields of each line of `text` that does not start with '#'.
+std::vector<std::vector<std::string>> rows(const std::string& text) {
+  std::vector<std::vector<std::string>> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::vector<std::string> row;
+    for (std::string f; fields >> f;) row.push_back(f);
+    out.push_back(row);
+  }
+  return out;
+}
+
+// Pipeline: a row per schedule and micro-batch count, with the closed-form bubble and the
+// simulator's, which agree under unit costs.
+TEST(BenchCli, PipelinePrintsTheMeasuredBubbleNextToTheTheory) {
+  const CliResult r = run_cli(bench({"pipeline", "--stages", "2", "--micro-batches", "2", "4",
+                                     "--forward-ms", "1", "--steps", "1"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_GE(table.size(), 2u) << r.out;
+  table.erase(table.begin(), table.begin() + 2);  // the title and the column names
+  // gpipe, 1f1b, interleaved-1f1b (v 2) and zb-h1, each at m = 2 and 4.
+  ASSERT_EQ(table.size(), 8u) << r.out;
+  for (const auto& row : table) {
+    ASSERT_EQ(row.size(), 8u) << r.out;
+    const double m = std::stod(row[1]), v = std::stod(row[2]);
+    const double theory = 1.0 / (v * m) / (row[0] == "zb-h1" ? 3.0 : 1.0);  // (p - 1) / (v m)
+    EXPECT_NEAR(std::stod(row[4]), theory, 1e-3) << row[0] << " m=" << row[1];
+    EXPECT_NEAR(std::stod(row[6]), theory, 1e-3) << row[0] << " m=" << row[1];
+    EXPECT_GE(std::stod(row[3]), 0.0) << row[0];  // measured idle / compute
+  }
+}
+
+TEST(BenchCli, PipelineRefusesOneStage) {
+  const CliResult r = run_cli(bench({"pipeline", "--stages", "1"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("--stages: Value 1 not in range 2 to 16"), std::string::npos) << r.err;
+}
+
+// Tensor parallelism: tp 1 is the baseline (speed-up 1.00x, no collectives), tp 2 with and
+// without sequence parallelism communicates, all from the same first loss.
+TEST(BenchCli, TensorParallelPrintsTheSpeedUpOfEachLayoutOverTpOne) {
+  const CliResult r = run_cli(bench({"tp", "--preset", "gpt2-tiny", "--batch", "1", "--seq", "16",
+                                     "--steps", "1", "--warmup", "0", "--tp", "1,2"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 3u) << r.out;
+  EXPECT_EQ(table[0][0], "1");
+  EXPECT_EQ(table[0][7], "1.00x") << r.out;
+  EXPECT_EQ(table[0][10], "0") << r.out;  // calls/step
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(table[i][0], "2") << r.out;
+    EXPECT_EQ(table[i][1], i == 1 ? "off" : "on") << r.out;
+    EXPECT_TRUE(table[i][7].ends_with("x")) << r.out;
+    EXPECT_GT(std::stoi(table[i][10]), 0) << r.out;
+    EXPECT_EQ(table[i].back().substr(0, 6), table[0].back().substr(0, 6)) << r.out;  // loss
+  }
+}
+
+TEST(BenchCli, TensorParallelRefusesASequenceLongerThanTheModel) {
+  const CliResult r =
+      run_cli(bench({"tp", "--preset", "gpt2-tiny", "--seq", "256", "--tp", "1"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("seq 256 is longer than the model's context 64"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("HINT: pass a smaller --seq"), std::string::npos) << r.err;
+}
+
+// Training throughput against the GEMM ceiling of the same run.
+TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
+  const CliResult r =
+      run_cli(bench({"train", "--preset", "gpt2-tiny", "--batch", "1", "--seq", "16", "--steps",
+                     "1", "--warmup", "0", "--threads", "1", "--precision", "fp32",
+                     "--ceiling-shape", "64,64,64", "--gemm-repeats", "1"}),
+              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("# baseline (same run): bf16 lattice::matmul M=64 K=64 N=64"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(N = 120576 parameters"), std::string::npos) << r.out;
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 1u) << r.out;
+  ASSERT_EQ(table[0].size(), 9u) << r.out;
+  EXPECT_EQ(table[0][0], "fp32");
+  EXPECT_TRUE(table[0][7].ends_with("%")) << r.out;
+  EXPECT_GT(std::stod(table[0][7]), 0.0) << r.out;
+}
+
+TEST(BenchCli, TrainRefusesAnUnknownPrecision) {
+  const CliResult r = run_cli(
+      bench({"train", "--preset", "gpt2-tiny", "--steps", "1", "--precision", "fp8"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("--precision: fp8 not in {fp32,bf16}"), std::string::npos) << r.err;
+}
+
+// Collectives: every size and algorithm verified (#wrong 0), bus bandwidth reported.
+TEST(BenchCli, CommVerifiesEveryCollectiveAndAlgorithm) {
+  const CliResult r = run_cli(bench({"comm", "--ranks", "2", "--min-bytes", "4096", "--max-bytes",
+                                     "16384", "--seconds-per-size", "0.002"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  int verified = 0;
+  for (const auto& row : rows(r.out)) {
+    if (row.size() == 8 && (row[0] == "4096" || row[0] == "16384")) {
+      EXPECT_EQ(row[7], "0") << "wrong elements: " << row[0] << " " << row[3] << "\n" << r.out;
+      ++verified;
+    }
+  }
+  EXPECT_GE(verified, 3 * 2 * 3) << r.out;  // 3+ collectives x 2 sizes x 3 algorithms
+  EXPECT_NE(r.out.find("# tuner (auto) vs best"), std::string::npos) << r.out;
+}
+
+// Data parallelism: every layout trains the same global batch, so dp 2 at ZeRO 0 and 1 end at
+// the single rank's loss; the throughput ratio to dp 1 per row.
+TEST(BenchCli, DataParallelComparesLayoutsOnTheSameGlobalBatch) {
+  const auto data = make_corpus_dir("bench_dp", 8000, 2000);
+  const auto config = write_tiny_config(data, 2, "");
+  const CliResult r = run_cli(bench({"dp", config.string(), "--dp", "2", "--zero", "0,1", "--steps",
+                                     "2", "--warmup", "0", "--repeat", "1"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  // micro-batch 2 x dp 2: the widest layout's batch, for all of them.
+  EXPECT_NE(r.out.find("global batch 4 x T=32"), std::string::npos) << r.out;
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 3u) << r.out;
+  EXPECT_EQ(table[0][3], "1.00x") << r.out;
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(table[i].size(), 11u) << r.out;
+    EXPECT_TRUE(table[i][3].ends_with("x")) << r.out;
+    EXPECT_NEAR(std::stod(table[i][10]), std::stod(table[0][10]), 2e-4) << r.out;  // last loss
+  }
+}
+
+TEST(BenchCli, DataParallelNeedsAnExistingConfig) {
+  const std::string missing = (scratch_dir("bench_dp_missing") / "nope.toml").string();
+  const CliResult r = run_cli(bench({"dp", missing}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("File does not exist: " + missing), std::string::npos) << r.err;
+}
+
+// Elastic: the snapshot's overhead against the uninterrupted run, and what a killed rank costs
+// (rank 1 killed in step 3's backward; the snapshot of step 2 restored: one step lost).
+TEST(BenchCli, ElasticPricesTheSnapshotAndAKilledRanksRecovery) {
+  const auto data = make_corpus_dir("bench_elastic", 8000, 2000);
+  const auto config = write_tiny_config(data, 2, "");
+  const CliResult r =
+      run_cli(bench({"elastic", config.string(), "--nproc", "2", "--steps", "6", "--fault-step",
+                     "3", "--kinds", "kill", "--repeat", "1", "--warmup", "1"}),
+              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("uninterrupted, no snapshots:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": snapshot overhead "), std::string::npos) << r.out;
+  std::vector<std::string> kill;
+  for (const auto& row : rows(r.out)) {
+    if (!row.empty() && row[0] == "kill") kill = row;
+  }
+  ASSERT_GE(kill.size(), 5u) << r.out;
+  EXPECT_GT(std::stod(kill[1]), 0.0) << r.out;  // detection s
+  EXPECT_GT(std::stod(kill[2]), 0.0) << r.out;  // recovery s
+  EXPECT_EQ(kill[3], "1") << r.out;             // steps lost
+  EXPECT_NE(r.out.find("killed by signal 9"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, ElasticNeedsTwoRanks) {
+  const CliResult r = run_cli(
+      bench({"elastic", LATTICE_SOURCE_DIR "/configs/gpt2-tiny.toml", "--nproc", "1"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("--nproc: Value 1 not in range 2 to 64"), std::string::npos) << r.err;
+}
+
+// Calibration (--quick) writes a cluster profile that `lattice plan --cluster` reads.
+TEST(BenchCli, CalibrateQuickWritesAProfileThatPlanReads) {
+  const auto profile = scratch_dir("bench_calibrate") / "cpu.json";
+  const CliResult r = run_cli(
+      bench({"calibrate", "--quick", "--max-ranks", "2", "--out", profile.string()}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("#   gemm fp32 m    64 k    64 n    64:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#   all_reduce     2 ranks: alpha"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# wrote " + profile.string()), std::string::npos) << r.out;
+  const CliResult plan =
+      run_cli({LATTICE_EXECUTABLE, "plan", "--cluster", profile.string(), "--model", "gpt2-tiny",
+               "--gpus", "2", "--global-batch", "8", "--seq", "64", "--json"},
+              kLimitS);
+  ASSERT_EQ(plan.exit_code, 0) << plan.all();
+  EXPECT_NE(plan.out.find("\"this-machine\""), std::string::npos) << plan.out;
+}
+
+}  // namespace
+}  // namespace lattice::testing

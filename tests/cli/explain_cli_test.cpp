@@ -1,0 +1,100 @@
+// `lattice explain` through the executable: what a rank holds and sends for the layout asked
+// for, and the refusals of malformed configs and layouts that do not fit the model.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "cli/cli_run.h"
+#include "support/scratch_dir.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 60;
+
+std::vector<std::string> explain(const std::string& config, std::vector<std::string> extra) {
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "explain", config};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const std::string kTinyConfig = LATTICE_SOURCE_DIR "/configs/gpt2-tiny.toml";
+
+// The line of `text` that contains `name`, or "".
+std::string line_with(const std::string& text, const std::string& name) {
+  const size_t at = text.find(name);
+  if (at == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at) + 1;
+  return text.substr(begin, text.find('\n', at) - begin);
+}
+
+TEST(ExplainCli, TensorParallelShowsEachRanksHalfOfTheShardedWeights) {
+  const CliResult r = run_cli(explain(kTinyConfig, {"--tp", "2", "--rank", "1"}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("lattice explain: gpt2-tiny (gpt2, 2 layers, C=64, 4 heads"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("parameters on rank 1 (tp rank 1 of 2)"), std::string::npos) << r.out;
+  // The MLP's first weight (C -> F) is split by its output columns, rank 1 the second half;
+  // its second weight by its input rows; the layer norms are replicated.
+  const std::string fc = line_with(r.out, "transformer.h.0.mlp.c_fc.weight ");
+  EXPECT_NE(fc.find("| [64, 256]    | [64, 128]   | dim 1 [128, 256)"), std::string::npos) << fc;
+  const std::string proj = line_with(r.out, "transformer.h.0.mlp.c_proj.weight ");
+  EXPECT_NE(proj.find("| [256, 64]    | [128, 64]   | dim 0 [128, 256)"), std::string::npos)
+      << proj;
+  EXPECT_NE(line_with(r.out, "transformer.h.0.ln_1.weight ").find("replicated"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("tensor-parallel collectives of one micro-batch's forward and backward"),
+            std::string::npos)
+      << r.out;
+
+  const CliResult single = run_cli(explain(kTinyConfig, {}), kLimitS);
+  ASSERT_EQ(single.exit_code, 0) << single.all();
+  EXPECT_NE(single.out.find("tensor-parallel collectives: none (tp = 1"), std::string::npos)
+      << single.out;
+}
+
+TEST(ExplainCli, PipelineLayoutPrintsTheScheduleGrid) {
+  const CliResult r = run_cli(
+      explain(kTinyConfig, {"--pp", "2", "--schedule", "1f1b", "--micro-batches", "4"}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("pipeline stage 0 holds"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipeline schedule (unit costs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("activation memory per stage"), std::string::npos) << r.out;
+}
+
+TEST(ExplainCli, MalformedTomlNamesTheFileAndLine) {
+  const auto config = scratch_dir("explain_malformed") / "broken.toml";
+  std::ofstream(config) << "[model]\npreset = \"gpt2-tiny\"\n[batch\nseq_len = 32\n";
+  const CliResult r = run_cli(explain(config.string(), {}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find(config.string() + ":3:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("malformed TOML"), std::string::npos) << r.err;
+}
+
+TEST(ExplainCli, MissingConfigFileIsNamed) {
+  const std::string missing = (scratch_dir("explain_missing") / "nope.toml").string();
+  const CliResult r = run_cli(explain(missing, {}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HINT: check the path"), std::string::npos) << r.err;
+}
+
+TEST(ExplainCli, MisspelledKeyIsRefusedWithTheKeyItMeant) {
+  const CliResult r = run_cli(explain(kTinyConfig, {"--set", "train.lr=1e-3"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("unknown config key 'train.lr'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'optim.lr'?"), std::string::npos) << r.err;
+}
+
+TEST(ExplainCli, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
+  const CliResult r = run_cli(explain(kTinyConfig, {"--tp", "3"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("4 attention heads, which do not split over --tp 3"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("HINT: choose a --tp that divides n_head (4)"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lattice::testing

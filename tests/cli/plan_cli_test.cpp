@@ -1,0 +1,70 @@
+// `lattice plan` through the executable: a layout that uses the devices asked for, and the
+// refusals of an unknown model and a missing batch.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/cli_run.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 60;
+
+std::vector<std::string> plan(std::vector<std::string> extra) {
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "plan"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(PlanCli, RecommendsAFeasibleLayoutOverEveryDevice) {
+  const std::vector<std::string> setup = {"--model", "gpt2-124m", "--cluster",      "dgx-h100",
+                                          "--gpus",  "8",         "--global-batch", "64",
+                                          "--seq",   "1024"};
+  std::vector<std::string> json_args = setup;
+  json_args.insert(json_args.end(), {"--json", "--top", "3"});
+  const CliResult r = run_cli(plan(json_args), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("model").at("name"), "gpt2-124m");
+  EXPECT_EQ(j.at("cluster").at("devices"), 8);
+  ASSERT_FALSE(j.at("ranked").empty()) << r.out;
+  ASSERT_LE(j.at("ranked").size(), 3u);
+  for (const nlohmann::json& e : j.at("ranked")) {
+    const nlohmann::json& l = e.at("layout");
+    EXPECT_EQ(l.at("dp").get<int>() * l.at("tp").get<int>() * l.at("pp").get<int>(), 8) << l;
+    EXPECT_TRUE(e.at("feasible").get<bool>()) << e;
+  }
+
+  // The report names the same best layout.
+  const CliResult text = run_cli(plan(setup), kLimitS);
+  ASSERT_EQ(text.exit_code, 0) << text.all();
+  const nlohmann::json& best = j.at("ranked")[0].at("layout");
+  const std::string layout = "recommended: dp=" + std::to_string(best.at("dp").get<int>()) +
+                             " tp=" + std::to_string(best.at("tp").get<int>()) +
+                             " pp=" + std::to_string(best.at("pp").get<int>()) +
+                             " zero=" + std::to_string(best.at("zero").get<int>()) +
+                             " mb=" + std::to_string(best.at("micro_batch").get<int>());
+  EXPECT_NE(text.out.find("model gpt2-124m"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("cluster dgx-h100 (8 devices"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(layout), std::string::npos) << layout << "\n" << text.out;
+}
+
+TEST(PlanCli, UnknownModelListsThePresets) {
+  const CliResult r =
+      run_cli(plan({"--model", "gpt-5", "--cluster", "dgx-h100", "--global-batch", "8"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("unknown model preset 'gpt-5'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpt2-124m"), std::string::npos) << r.err;
+}
+
+TEST(PlanCli, MissingGlobalBatchIsRefusedWithAnExample) {
+  const CliResult r = run_cli(plan({"--model", "gpt2-124m", "--cluster", "dgx-h100"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("--global-batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lattice::testing
