@@ -48,7 +48,7 @@ class Tuner {
   static int bucket(size_t bytes);
   double base_predict(Collective collective, Algorithm algorithm, size_t bytes) const;
 
-  TransportKind transport_;
+  [[maybe_unused]] TransportKind transport_;  // recorded, not read yet (clang warns otherwise)
   int group_size_;
   CostProfile profile_;
   std::vector<Algorithm> candidates_;
