@@ -1,6 +1,10 @@
 # LATTICE_SANITIZE="address;undefined" or "thread" instruments every target.
-# OpenMP is kept out of TSan builds: libgomp is not TSan-instrumented and reports false races.
+# OpenMP is kept out of TSan builds: libgomp is not TSan-instrumented and reports false races;
+# and out of fuzz builds (cmake/LatticeFuzz.cmake).
 set(LATTICE_USE_OPENMP ON)
+if(LATTICE_BUILD_FUZZ)
+  set(LATTICE_USE_OPENMP OFF)
+endif()
 if(LATTICE_SANITIZE)
   if("thread" IN_LIST LATTICE_SANITIZE AND "address" IN_LIST LATTICE_SANITIZE)
     message(FATAL_ERROR "LATTICE_SANITIZE: 'thread' cannot be combined with 'address'")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Lattice needs from Debian packages, skipping what is already there.
-# Idempotent: a second run installs nothing and takes a second.
+# Idempotent: a second run installs nothing and takes a second. Extra arguments are more
+# packages a script needs (scripts/fuzz.sh: clang and its libFuzzer runtime).
 set -euo pipefail
 
 packages=(
@@ -14,6 +15,7 @@ packages=(
   libfmt-dev libspdlog-dev         # formatting and logging
   libgtest-dev libgmock-dev        # tests
   libbenchmark-dev                 # benchmarks
+  "$@"
 )
 
 missing=()

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "ckpt/crc32c.h"
 #include "core/error.h"
@@ -17,17 +19,63 @@ namespace {
 
 constexpr const char* kChecksumKey = "manifest_crc32c";
 
+// The integer field `key` of `j` as a T: a JSON integer in T's range, else ValueError naming
+// the field and the value. nlohmann's get<T>() would cast a float such as 3e11 into T, which is
+// undefined behaviour out of range (tests/fuzz/regressions/manifest/).
+template <class T>
+T integer_value(const json& v, std::string_view key) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())) {
+    return T(v.get<uint64_t>());
+  }
+  if (v.is_number_integer() && !v.is_number_unsigned() &&
+      v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+      (std::is_unsigned_v<T> || v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max()))) {
+    return T(v.get<int64_t>());
+  }
+  LATTICE_THROW(ValueError, "field '{}' is {}, expected an integer in [{}, {}]", key, v.dump(),
+                std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+}
+
+template <class T>
+T integer_field(const json& j, const char* key) {
+  return integer_value<T>(j.at(key), key);
+}
+
+// The sizes of a shape or box (`key` of `j`): integers >= 0 whose product, and whose sum with
+// `offsets` where given, fit int64, so the coverage arithmetic cannot overflow.
+std::vector<int64_t> size_field(const json& j, const char* key,
+                                const std::vector<int64_t>* offsets = nullptr) {
+  const json& v = j.at(key);
+  if (!v.is_array()) {
+    LATTICE_THROW(ValueError, "field '{}' is {}, expected an array of integers", key, v.dump());
+  }
+  std::vector<int64_t> sizes;
+  int64_t product = 1;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t n = integer_value<int64_t>(v[i], key);
+    int64_t end = 0;
+    if (n < 0 || __builtin_mul_overflow(product, n, &product) ||
+        (offsets != nullptr && i < offsets->size() &&
+         __builtin_add_overflow((*offsets)[i], n, &end))) {
+      LATTICE_THROW(ValueError, "field '{}' is {}: sizes must be >= 0 and within int64", key,
+                    v.dump());
+    }
+    sizes.push_back(n);
+  }
+  return sizes;
+}
+
 json layout_to_json(const CheckpointLayout& l) {
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"v", l.v}, {"zero", l.zero}};
 }
 
 CheckpointLayout layout_from_json(const json& j) {
   CheckpointLayout l;
-  l.dp = j.at("dp").get<int>();
-  l.tp = j.at("tp").get<int>();
-  l.pp = j.at("pp").get<int>();
-  l.v = j.at("v").get<int>();
-  l.zero = j.at("zero").get<int>();
+  l.dp = integer_field<int>(j, "dp");
+  l.tp = integer_field<int>(j, "tp");
+  l.pp = integer_field<int>(j, "pp");
+  l.v = integer_field<int>(j, "v");
+  l.zero = integer_field<int>(j, "zero");
   return l;
 }
 
@@ -46,10 +94,17 @@ json tensor_to_json(const TensorRecord& t) {
 // Format 3 records a box; format 2 a flat range [begin, end).
 ShardBox shard_box_from_json(const json& s, int format_version) {
   if (format_version == kFlatRangeCheckpointFormatVersion) {
-    return ShardBox::flat(s.at("begin").get<int64_t>(), s.at("end").get<int64_t>());
+    const int64_t begin = integer_field<int64_t>(s, "begin");
+    const int64_t end = integer_field<int64_t>(s, "end");
+    if (begin < 0 || end < begin) {
+      LATTICE_THROW(ValueError, "shard '{}' has the range [{}, {})", s.at("key").get<std::string>(),
+                    begin, end);
+    }
+    return ShardBox::flat(begin, end);
   }
-  ShardBox box{s.at("offsets").get<std::vector<int64_t>>(),
-               s.at("lengths").get<std::vector<int64_t>>()};
+  std::vector<int64_t> offsets = size_field(s, "offsets");
+  std::vector<int64_t> lengths = size_field(s, "lengths", &offsets);
+  ShardBox box{std::move(offsets), std::move(lengths)};
   if (box.offsets.size() != box.lengths.size() || box.offsets.empty()) {
     LATTICE_THROW(ValueError, "shard '{}' has {} offsets and {} lengths",
                   s.at("key").get<std::string>(), box.offsets.size(), box.lengths.size());
@@ -60,7 +115,7 @@ ShardBox shard_box_from_json(const json& s, int format_version) {
 TensorRecord tensor_from_json(const json& j, int format_version) {
   TensorRecord t;
   t.name = j.at("name").get<std::string>();
-  t.shape = Shape(j.at("shape").get<std::vector<int64_t>>());
+  t.shape = Shape(size_field(j, "shape"));
   t.dtype = parse_dtype(j.at("dtype").get<std::string>());
   for (const json& s : j.at("shards")) {
     t.shards.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
@@ -74,8 +129,8 @@ json file_to_json(const FileRecord& f) {
 }
 
 FileRecord file_from_json(const json& j) {
-  return {j.at("name").get<std::string>(), j.at("size").get<uint64_t>(),
-          j.at("crc32c").get<uint32_t>()};
+  return {j.at("name").get<std::string>(), integer_field<uint64_t>(j, "size"),
+          integer_field<uint32_t>(j, "crc32c")};
 }
 
 json manifest_body(const Manifest& m) {
@@ -173,7 +228,13 @@ void check_manifest_coverage(const Manifest& manifest) {
       for (ShardBox& box : as_tensor_boxes(s.box, t.shape, what)) {
         parts.push_back({std::move(box), &s});
       }
-      covered += s.box.numel();
+      // Each box lies inside the tensor, but several may add up past int64: an overlap.
+      if (__builtin_add_overflow(covered, s.box.numel(), &covered)) {
+        LATTICE_THROW(ValueError,
+                      "tensor '{}' {} is not covered exactly once: its shards hold more than its "
+                      "{} elements (an overlap)",
+                      t.name, t.shape.to_string(), t.shape.numel());
+      }
     }
     std::sort(parts.begin(), parts.end(),
               [](const Part& a, const Part& b) { return a.box < b.box; });
@@ -222,7 +283,7 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
       LATTICE_THROW(IoError, "checkpoint manifest '{}' has no '{}' field", path.string(),
                     kChecksumKey);
     }
-    uint32_t stored = body.at(kChecksumKey).get<uint32_t>();
+    uint32_t stored = integer_field<uint32_t>(body, kChecksumKey);
     body.erase(kChecksumKey);
     uint32_t actual = crc32c(body.dump());
     if (stored != actual) {
@@ -232,7 +293,7 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
                     path.string(), stored, actual);
     }
     Manifest m;
-    m.format_version = body.at("format_version").get<int>();
+    m.format_version = integer_field<int>(body, "format_version");
     if (m.format_version != kShardedCheckpointFormatVersion &&
         m.format_version != kFlatRangeCheckpointFormatVersion) {
       LATTICE_THROW(IoError,
@@ -240,7 +301,7 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
                     path.string(), m.format_version, kFlatRangeCheckpointFormatVersion,
                     kShardedCheckpointFormatVersion);
     }
-    m.step = body.at("step").get<int64_t>();
+    m.step = integer_field<int64_t>(body, "step");
     m.config_hash = body.at("config_hash").get<std::string>();
     m.layout = layout_from_json(body.at("layout"));
     m.state = body.at("state");
@@ -256,7 +317,10 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
     LATTICE_THROW(IoError, "checkpoint manifest '{}' is missing or has a malformed field: {}",
                   path.string(), e.what());
   } catch (const ValueError& e) {
-    LATTICE_THROW(IoError, "checkpoint manifest '{}': {}", path.string(), e.what());
+    LATTICE_THROW(IoError,
+                  "checkpoint manifest '{}': {} ---> HINT: the manifest is corrupted or was "
+                  "edited; resume from an older checkpoint",
+                  path.string(), e.what());
   }
 }
 

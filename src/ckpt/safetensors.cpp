@@ -126,7 +126,11 @@ void SafetensorsReader::parse_header() {
                   name, header.type_name());
   }
 
-  for (const auto& [key, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named references, not a structured binding: the lambda below captures `key`, which
+    // C++20 allows for bindings but Clang 14 does not implement.
+    const std::string& key = item.key();
+    const nlohmann::json& entry = item.value();
     if (key == kMetadataKey) {
       if (!entry.is_object()) {
         LATTICE_THROW(IoError, "safetensors file '{}': __metadata__ is a {}, expected an object",

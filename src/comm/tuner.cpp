@@ -7,7 +7,7 @@
 namespace lattice {
 
 Tuner::Tuner(TransportKind transport, int group_size, CostProfile profile)
-    : transport_(transport), group_size_(group_size), profile_(std::move(profile)) {
+    : group_size_(group_size), profile_(std::move(profile)) {
   candidates_ = {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree};
   if (transport == TransportKind::kMpi) candidates_.push_back(Algorithm::kNative);
 }

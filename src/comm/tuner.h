@@ -68,7 +68,6 @@ class Tuner {
   };
   double base_predict(Collective collective, Algorithm algorithm, size_t bytes) const;
 
-  TransportKind transport_;
   int group_size_;
   CostProfile profile_;
   std::vector<Algorithm> candidates_;

@@ -42,8 +42,8 @@ constexpr int64_t kTile = 64;
 constexpr int kVecLanes = 16;
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__AVX512F__)
-// Without AVX-512 GCC notes that passing 64-byte vectors by value has another ABI; these
+#if defined(__GNUC__) && !defined(__AVX512F__)  // GCC and Clang
+// Without AVX-512 GCC and Clang note that passing 64-byte vectors by value has another ABI; these
 // helpers are internal to this file and inlined, so no ABI is crossed.
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +22,25 @@ void read_number(const json& object, const char* key, double& field, const std::
     LATTICE_THROW(ConfigError, "{}: '{}' must be a number", where, key);
   }
   field = object[key].get<double>();
+}
+
+// The integer `value` at `key`: a JSON integer, or a float with an integral value (8.0). Never
+// a cast of 3e11 into an int (undefined behaviour) or of 2.5 into 2.
+int64_t to_integer(const json& value, const char* key, const std::string& where) {
+  // Not a number ("8"): nlohmann's type_error, reported as "a field has the wrong type".
+  if (!value.is_number()) return value.get<int64_t>();
+  if (value.is_number_integer() &&
+      !(value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX))) {
+    return value.get<int64_t>();
+  }
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::trunc(d) == d && d >= -0x1p63 && d < 0x1p63) return int64_t(d);
+  }
+  LATTICE_THROW(ConfigError,
+                "{}: '{}' is {}, expected an integer (at most {}) ---> HINT: write it as a "
+                "whole number, as `lattice bench calibrate` does",
+                where, key, value.dump(), INT64_MAX);
 }
 
 void read_string(const json& object, const char* key, std::string& field) {
@@ -102,11 +123,12 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
                   "profile",
                   origin, kClusterProfileFormat);
   }
-  if (j.value("version", 0) != kClusterProfileVersion) {
+  const int64_t version = j.contains("version") ? to_integer(j["version"], "version", origin) : 0;
+  if (version != kClusterProfileVersion) {
     LATTICE_THROW(ConfigError,
                   "{}: profile version {} is not supported (this build reads {}) "
                   "---> HINT: recalibrate with this build",
-                  origin, j.value("version", 0), kClusterProfileVersion);
+                  origin, version, kClusterProfileVersion);
   }
   ClusterSpec c;
   if (j.contains("base")) {
@@ -120,7 +142,9 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
     c.intra_node = c.inter_node = {};
   }
   read_string(j, "name", c.name);
-  if (j.contains("gpus_per_node")) c.gpus_per_node = j["gpus_per_node"].get<int64_t>();
+  if (j.contains("gpus_per_node")) {
+    c.gpus_per_node = to_integer(j["gpus_per_node"], "gpus_per_node", origin);
+  }
   if (j.contains("device")) {
     const json& d = j["device"];
     read_string(d, "name", c.device.name);
@@ -143,16 +167,16 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
   try {
     for (const json& g : j.value("gemm", json::array())) {
       c.gemm.push_back({.precision = parse_precision(g.at("precision").get<std::string>()),
-                        .m = g.at("m").get<int64_t>(),
-                        .n = g.at("n").get<int64_t>(),
-                        .k = g.at("k").get<int64_t>(),
+                        .m = to_integer(g.at("m"), "gemm[].m", origin),
+                        .n = to_integer(g.at("n"), "gemm[].n", origin),
+                        .k = to_integer(g.at("k"), "gemm[].k", origin),
                         .efficiency = g.at("efficiency").get<double>()});
     }
     for (const json& p : j.value("collectives", json::array())) {
       c.collectives.push_back(
           {.transport = parse_transport(p.at("transport").get<std::string>(), origin),
            .op = parse_op(p.at("op").get<std::string>(), origin),
-           .group_size = p.at("group_size").get<int64_t>(),
+           .group_size = to_integer(p.at("group_size"), "collectives[].group_size", origin),
            .alpha_s = p.at("alpha_s").get<double>(),
            .bus_bytes_per_s = p.at("bus_bytes_per_s").get<double>()});
     }

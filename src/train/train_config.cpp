@@ -648,6 +648,18 @@ void TrainConfig::resolve_batch(int64_t dp) {
   const std::string formula =
       fmt::format("global_batch = micro_batch × micro_batches × dp ({} = {} × {} × {})",
                   global_batch, micro_batch, micro_batches, dp);
+  // Products of sizes read from the file: refused when they overflow int64, never wrapped
+  // (micro_batch = 2^62 with micro_batches = 4: tests/fuzz/regressions/toml_config/).
+  auto product = [&](int64_t a, int64_t b) {
+    int64_t p = 0;
+    if (__builtin_mul_overflow(a, b, &p)) {
+      LATTICE_THROW(ConfigError,
+                    "the batch sizes overflow: {} × {} exceeds {}; {} ---> HINT: the batch keys "
+                    "count sequences, e.g. batch.micro_batch = 8",
+                    a, b, INT64_MAX, formula);
+    }
+    return p;
+  };
   int given = (micro_batch > 0) + (micro_batches > 0) + (global_batch > 0);
   if (given < 2) {
     if (micro_batch > 0 && micro_batches == 0 && global_batch == 0) {
@@ -660,27 +672,28 @@ void TrainConfig::resolve_batch(int64_t dp) {
     }
   }
   if (global_batch == 0) {
-    global_batch = micro_batch * micro_batches * dp;
+    global_batch = product(product(micro_batch, micro_batches), dp);
   } else if (micro_batches == 0) {
-    if (global_batch % (micro_batch * dp) != 0) {
+    if (global_batch % product(micro_batch, dp) != 0) {
       LATTICE_THROW(ConfigError,
                     "batch.global_batch = {} is not divisible by micro_batch × dp = {} × {}; {}",
                     global_batch, micro_batch, dp, formula);
     }
-    micro_batches = global_batch / (micro_batch * dp);
+    micro_batches = global_batch / product(micro_batch, dp);
   } else if (micro_batch == 0) {
-    if (global_batch % (micro_batches * dp) != 0) {
+    if (global_batch % product(micro_batches, dp) != 0) {
       LATTICE_THROW(ConfigError,
                     "batch.global_batch = {} is not divisible by micro_batches × dp = {} × {}; {}",
                     global_batch, micro_batches, dp, formula);
     }
-    micro_batch = global_batch / (micro_batches * dp);
-  } else if (global_batch != micro_batch * micro_batches * dp) {
+    micro_batch = global_batch / product(micro_batches, dp);
+  } else if (const int64_t per_step = product(product(micro_batch, micro_batches), dp);
+             global_batch != per_step) {
     LATTICE_THROW(ConfigError,
                   "inconsistent batch: {} but micro_batch × micro_batches × dp = {} ---> HINT: "
                   "state two of the three and let Lattice derive the third (the learning rate is "
                   "never rescaled)",
-                  formula, micro_batch * micro_batches * dp);
+                  formula, per_step);
   }
 }
 
