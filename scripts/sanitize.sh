@@ -10,10 +10,10 @@
 #   scripts/sanitize.sh all                      # both, one after the other (the default)
 #   scripts/sanitize.sh thread -R TensorParallel # extra arguments go to every ctest call
 #
-# The suites are the layers whose tests run ranks as threads or processes: comm, parallel, ckpt,
-# train, elastic, data (the ctest labels of their suites; cli is left out, see below). Third-party
-# reports are suppressed by tests/sanitizers/{tsan,lsan}.supp, which CMake gives every test
-# (cmake/LatticeLayer.cmake); leak checking stays on for Lattice's own code.
+# The suites are the layers whose tests run ranks as threads or processes: comm, parallel,
+# data_parallel, ckpt, train, elastic, data (the ctest labels of their suites; cli is left out,
+# see below). Third-party reports are suppressed by tests/sanitizers/{tsan,lsan}.supp, which CMake
+# gives every test (cmake/LatticeLayer.cmake); leak checking stays on for Lattice's own code.
 #
 # Environment: LATTICE_SANITIZE_JOBS (parallel builds and tests, default: the number of cores),
 # LATTICE_BUILD_ROOT (where build-tsan/ and build-asan/ go, default: the repository root).
@@ -29,7 +29,7 @@ build_root="${LATTICE_BUILD_ROOT:-$root}"
 # The ctest labels run. `cli` (tests/cli) is not among them: it runs the `lattice` executable as
 # separate processes, whose threaded code the in-process suites above already cover, and would
 # add the executable and minutes of multi-process launches under the sanitizer to every run.
-suites=(comm parallel ckpt train elastic data)
+suites=(comm parallel data_parallel ckpt train elastic data)
 
 case "$mode" in
   thread | address | all) ;;

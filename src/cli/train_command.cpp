@@ -410,31 +410,30 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
   fmt::print("trained {} steps in {:.1f} s", config.steps - first_step, train_seconds);
   if (last_val) fmt::print(" | final validation loss {:.4f}", *last_val);
   fmt::print("\n");
-  if (const GradReducer* reducer = trainer.grad_reducer()) {
-    const double comm_s = reducer->communication_seconds();
-    const double exposed_s = reducer->exposed_seconds();
+  const GradientSyncStats sync = trainer.gradient_sync_stats();
+  const double steps = double(std::max<int64_t>(1, config.steps - first_step));
+  if (sync.buckets > 0 && sync.zero < 2) {
     fmt::print(
         "gradient reduction (rank 0): {} buckets, {:.2f} ms/step on the comm thread, {:.2f} "
         "ms/step exposed after backward ({:.0f}% hidden)\n",
-        reducer->buckets().size(), 1e3 * comm_s / double(config.steps),
-        1e3 * exposed_s / double(config.steps),
-        comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
+        sync.buckets, 1e3 * sync.communication_seconds / steps, 1e3 * sync.exposed_seconds / steps,
+        sync.communication_seconds > 0
+            ? 100.0 * std::max(0.0, 1.0 - sync.exposed_seconds / sync.communication_seconds)
+            : 0.0);
   }
-  if (const ShardedGradients* sharded = trainer.sharded_gradients()) {
-    const double comm_s = sharded->communication_seconds();
-    const double exposed_s = sharded->exposed_seconds();
+  if (sync.buckets > 0 && sync.zero >= 2) {
     fmt::print(
         "ZeRO-{} gradient reduction to the owners (rank 0): {} buckets, at most {} lent at once, "
         "{:.2f} ms/step on the comm thread, {:.2f} ms/step exposed after backward\n",
-        trainer.parallel().zero, sharded->buckets().size(), sharded->peak_lent(),
-        1e3 * comm_s / double(config.steps), 1e3 * exposed_s / double(config.steps));
+        sync.zero, sync.buckets, sync.peak_lent, 1e3 * sync.communication_seconds / steps,
+        1e3 * sync.exposed_seconds / steps);
   }
-  if (const GatheredParameters* gathered = trainer.gathered_parameters()) {
+  if (sync.zero == 3 && sync.buckets > 0) {
     fmt::print(
         "ZeRO-3 parameter gathers (rank 0): {:.2f} ms/step on the comm thread, at most "
         "{:.2f} MiB of parameters gathered at once\n",
-        1e3 * gathered->communication_seconds() / double(config.steps),
-        double(gathered->peak_held_elements()) * 4 / double(1 << 20));
+        1e3 * sync.gather_seconds / steps,
+        double(sync.peak_gathered_elements) * 4 / double(1 << 20));
   }
 }
 

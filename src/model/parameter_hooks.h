@@ -1,6 +1,6 @@
 // What the transformer tells the owner of its parameters around each use of them, so that ZeRO-3
 // can gather a layer's parameters just before it runs and free them right after, and ZeRO-2/3
-// can lend gradient buffers for a backward (train/zero_hooks.h).
+// can lend gradient buffers for a backward (data_parallel/zero_hooks.h).
 //
 // A "unit" is one transformer layer, or kEnds: the embedding and the head (final norm, output
 // layer), which share the tied token table and so are used at both ends of a step. Forward

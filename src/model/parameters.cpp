@@ -224,6 +224,18 @@ int ParameterRegistry::find(std::string_view name) const {
   return -1;
 }
 
+FlatRange ParameterRegistry::padded_range(int index) const {
+  const size_t i = size_t(index);
+  const int64_t end = i + 1 < specs_.size() ? specs_[i + 1].offset : total_;
+  return FlatRange{specs_.at(i).offset, end};
+}
+
+std::vector<FlatRange> ParameterRegistry::padded_ranges() const {
+  std::vector<FlatRange> ranges;
+  for (int i = 0; i < int(specs_.size()); ++i) ranges.push_back(padded_range(i));
+  return ranges;
+}
+
 void initial_values(const ParameterSpec& spec, const ModelConfig& config, uint64_t seed,
                     int64_t first, int64_t count, float* out) {
   switch (spec.init) {

@@ -111,6 +111,10 @@ class ParameterRegistry {
   int64_t vocab_valid() const { return vocab_valid_; }
   // Index of a parameter by global name, or -1.
   int find(std::string_view name) const;
+  // Parameter `index`'s elements of the flat store with the alignment padding after it: the
+  // ranges of all parameters, in order, tile [0, total_elements()).
+  FlatRange padded_range(int index) const;
+  std::vector<FlatRange> padded_ranges() const;
   const ParameterSpec& at(int index) const { return specs_.at(size_t(index)); }
 
  private:

@@ -171,7 +171,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     mem.parameters = 4.0 * n / double(layout.dp) + 2.0 * n + 4.0 * read_as_f32;
   }
   if (lattice && layout.dp > 1 && layout.zero >= 2) {
-    // Lattice's ZeRO-2/3 (docs/data-parallel.md; train/sharded_gradients.h,
+    // Lattice's ZeRO-2/3 (docs/data-parallel.md; data_parallel/sharded_gradients.h,
     // gathered_parameters.h). Gradients: the f32 shard, plus the buckets lent to the backward
     // until their reduction to the owners completes — predicted as all of them (4 bytes per
     // parameter), which models of a few buckets reach; ShardedGradients::lent_bound caps it

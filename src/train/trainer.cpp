@@ -7,8 +7,6 @@
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "parallel/rank_sum.h"
-#include "parallel/replica_check.h"
-#include "parallel/zero_shards.h"
 #include "trace/event_recorder.h"
 #include "train/grad_norm.h"
 #include "train/pipeline_stage.h"
@@ -35,17 +33,6 @@ std::unique_ptr<TokenLoader> open_loader(const std::filesystem::path& path,
   lc.batch_size = batch;
   lc.seq_len = config.seq_len;
   return std::make_unique<TokenLoader>(std::move(file), lc);
-}
-
-// Each parameter's flat range, padding included, so the ranges tile [0, P).
-std::vector<FlatRange> flat_ranges(const ParameterRegistry& registry) {
-  const auto& specs = registry.specs();
-  std::vector<FlatRange> ranges;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const int64_t end = i + 1 < specs.size() ? specs[i + 1].offset : registry.total_elements();
-    ranges.push_back(FlatRange{specs[i].offset, end});
-  }
-  return ranges;
 }
 
 }  // namespace
@@ -136,28 +123,11 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
                                          part, zero);
   model_->set_recompute(parallel_.recompute);
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
-  param_ranges_ = flat_ranges(model_->registry());
   const int64_t P = model_->registry().total_elements();
   const FlatRange owned = zero.owned(P);
   optimizer_ =
       std::make_unique<AdamW>(model_->parameters(), arena_, config_.adam, owned.begin, owned.end);
-  if (zero.shards_gradients()) {
-    zero_thread_ = std::make_unique<CommThread>();
-    sharded_gradients_ =
-        std::make_unique<ShardedGradients>(*parallel_.dp, model_->parameters(), param_ranges_,
-                                           parallel_.bucket_bytes, *zero_thread_, arena_);
-    if (zero.shards_parameters()) {
-      gathered_parameters_ = std::make_unique<GatheredParameters>(
-          *parallel_.dp, model_->parameters(), *zero_thread_, arena_);
-    }
-    zero_hooks_ = std::make_unique<ZeroHooks>(*sharded_gradients_, gathered_parameters_.get(),
-                                              config_.model.n_layer);
-    model_->set_parameter_hooks(zero_hooks_.get());
-  } else if (dp_size_ > 1) {
-    GradReducerOptions options{.bucket_bytes = parallel_.bucket_bytes};
-    reducer_ = std::make_unique<GradReducer>(*parallel_.dp, model_->parameters().grads(),
-                                             param_ranges_, options);
-  }
+  build_gradient_sync();
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.decay_steps};
   micro_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
   if (pp_size_ > 1) {
@@ -166,6 +136,26 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
       pipeline_batches_.push_back(make_token_batch(arena_, config_.micro_batch, config_.seq_len));
     }
   }
+}
+
+void Trainer::build_gradient_sync() {
+  model_->set_parameter_hooks(nullptr);
+  sync_.reset();  // joins its comm thread: nothing is in flight between steps
+  GradientSyncOptions options{.bucket_bytes = parallel_.bucket_bytes};
+  sync_ = make_gradient_sync(parallel_.dp, model_->parameters(), arena_, options);
+  model_->set_parameter_hooks(sync_->parameter_hooks());
+}
+
+void Trainer::rejoin_data_parallel(Communicator& dp) {
+  if (dp.size() != dp_size_ || dp.rank() != dp_rank_) {
+    LATTICE_THROW(ConfigError,
+                  "rejoining the data-parallel group '{}' as rank {} of {}: this trainer is rank "
+                  "{} of {}, and its shards and batch rows are laid out for that ---> HINT: a "
+                  "group of another size restores the trainer from a snapshot instead",
+                  dp.name(), dp.rank(), dp.size(), dp_rank_, dp_size_);
+  }
+  parallel_.dp = &dp;
+  build_gradient_sync();
 }
 
 void Trainer::set_step(int64_t step) {
@@ -202,77 +192,39 @@ double Trainer::flops_per_token() const {
 
 double Trainer::global_grad_norm() {
   // After the dp reduction every replica holds all gradients of its shard of the model; under
-  // ZeRO each dp rank sums the squares of its optimizer shard only. Parameters replicated over
-  // tp are counted on tp rank 0 only, so every element of the model counts exactly once.
-  // grads() holds [held.begin, held.end) of the flat store: all of it, or the ZeRO-2/3 shard.
+  // ZeRO each dp rank counts its owned shard only (the synchroniser's counted range). Parameters
+  // replicated over tp are counted on tp rank 0 only, so every element of the model counts
+  // exactly once. grads() holds [held.begin, held.end) of the flat store: all of it, or the
+  // ZeRO-2/3 shard.
   const Tensor& grads = model_->parameters().grads();
   const FlatRange held = model_->parameters().grad_range();
-  const bool zero = parallel_.zero >= 1 && dp_size_ > 1;
-  const int64_t begin = zero ? optimizer_->shard_begin() : held.begin;
-  const int64_t end = zero ? optimizer_->shard_end() : held.end;
+  const FlatRange counted = sync_->counted_range();
   double local = 0.0;
   if (tp_size_ == 1 && pp_size_ == 1) {
-    if (end > begin)
-      local = grad_sum_squares(grads.slice_rows(begin - held.begin, end - held.begin));
+    if (counted.size() > 0) {
+      local =
+          grad_sum_squares(grads.slice_rows(counted.begin - held.begin, counted.end - held.begin));
+    }
   } else {
     for (const ParameterSpec& spec : model_->registry().specs()) {
       if (spec.shard.replicated() && tp_rank_ != 0) continue;
       if (spec.tied_copy) continue;  // counted on the first stage
-      const int64_t lo = std::max(begin, spec.offset);
-      const int64_t hi = std::min(end, spec.offset + spec.local_shape.numel());
+      const int64_t lo = std::max(counted.begin, spec.offset);
+      const int64_t hi = std::min(counted.end, spec.offset + spec.local_shape.numel());
       if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
     }
   }
-  if (zero) local = sum_over_ranks(*parallel_.dp, {local})[0];
+  local = sync_->sum_counted(local);
   if (tp_size_ > 1) local = sum_over_ranks(*parallel_.tp, {local})[0];
   if (pp_size_ > 1) local = sum_over_ranks(*parallel_.pp, {local})[0];
   return std::sqrt(local);
 }
 
-void Trainer::check_replicas_now() {
-  std::vector<std::string> names;
-  for (const ParameterSpec& spec : model_->registry().specs()) names.push_back(spec.name);
-  // With the master sharded, the replicas are the compute copy (and the f32 copies, which the
-  // same gather fills).
-  ParameterStore& params = model_->parameters();
-  check_replicas(*parallel_.dp, params.master_sharded() ? params.compute() : params.master(),
-                 param_ranges_, names);
-}
-
-// ZeRO-1/2 under bf16 compute: every owner updated the master and compute copy of its shard;
-// the compute copy and the f32 copies of the parameters read in f32 go from the owners to all.
-void Trainer::share_updated_values() {
-  ParameterStore& params = model_->parameters();
-  Communicator& dp = *parallel_.dp;
-  const int64_t P = model_->registry().total_elements();
-  Tensor& compute = params.compute();
-  broadcast_from_owners(dp, compute.raw_data(), compute.dtype(), FlatRange{0, P}, P);
-  const FlatRange owned = params.master_range();
-  const float* master = params.master().data<float>();
-  const auto& specs = model_->registry().specs();
-  for (int i = 0; i < int(specs.size()); ++i) {
-    const ParameterSpec& spec = specs[size_t(i)];
-    if (!spec.read_as_f32) continue;
-    const FlatRange range{spec.offset, spec.offset + spec.local_shape.numel()};
-    float* copy = params.f32_copy(i).data<float>();
-    const int64_t begin = std::max(range.begin, owned.begin);
-    const int64_t end = std::min(range.end, owned.end);
-    if (begin < end) {
-      std::copy(master + (begin - owned.begin), master + (end - owned.begin),
-                copy + (begin - range.begin));
-    }
-    broadcast_from_owners(dp, copy, range, P);
-  }
-}
-
-// The training thread waiting for the comm thread's gradient reductions is a rank waiting for
-// its peers: reported as a collective (the agent tells a straggler by the time outside them).
-constexpr std::string_view kGradientWait = "dp gradients";
-
 double Trainer::run_micro_batches(double global_tokens) {
   const int64_t B = config_.micro_batch;
   const int64_t M = config_.micro_batches;
   double loss_sum = 0.0;
+  sync_->begin_step();
   for (int64_t mb = 0; mb < M; ++mb) {
     const int64_t row = (dp_rank_ * M + mb) * B;
     train_loader_->read_rows(first_sequence(), row, row + B, micro_.inputs, micro_.targets);
@@ -283,31 +235,15 @@ double Trainer::run_micro_batches(double global_tokens) {
     loss_sum += r.loss_sum;
     report_phase(Phase::kBackward);
     TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
-    if (sharded_gradients_ != nullptr) {
-      // ZeRO-2/3: every micro-batch's gradients are reduced into the owners' shards.
-      model_->set_grad_ready_hook([this](int index) { sharded_gradients_->param_ready(index); });
-      model_->backward(float(1.0 / global_tokens));
-      model_->set_grad_ready_hook({});
-      backward_scope.finish();
-      const CollectiveReport waiting(kGradientWait, 0);  // waits for the peers' buckets
-      sharded_gradients_->finish_backward();
-      continue;
-    }
-    const bool last = mb + 1 == M;
-    if (reducer_ != nullptr && last) {
-      // Buckets launch as their gradients become final, overlapping the rest of backward.
-      reducer_->begin_step();
-      model_->set_grad_ready_hook([this](int index) { reducer_->param_ready(index); });
-    }
+    // Gradients are synchronised as they become final, overlapping the rest of backward.
+    sync_->begin_backward(mb + 1 == M);
+    model_->set_grad_ready_hook([this](int index) { sync_->param_ready(index); });
     model_->backward(float(1.0 / global_tokens));
     model_->set_grad_ready_hook({});
     backward_scope.finish();
+    sync_->end_backward();
   }
-  if (reducer_ != nullptr) {
-    const CollectiveReport waiting(kGradientWait, 0);  // waits for the peers' buckets
-    reducer_->finish();
-  }
-  if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
+  sync_->finish();
   return loss_sum;
 }
 
@@ -324,12 +260,9 @@ double Trainer::run_pipeline(double global_tokens) {
     train_loader_->read_rows(first_sequence(), row, row + B, batch.inputs, batch.targets);
   }
   ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
+  sync_->begin_step();
   pipeline_stats_ = runtime_->run(pipeline_schedule_.per_rank[size_t(pp_rank_)], stage);
-  if (reducer_ != nullptr) {
-    const CollectiveReport waiting(kGradientWait, 0);
-    reducer_->begin_step();
-    reducer_->finish();
-  }
+  sync_->finish();
   const ParameterRegistry& registry = model_->registry();
   if (config_.model.tied_embeddings && parallel_.embedding != nullptr &&
       parallel_.embedding->size() > 1) {
@@ -379,17 +312,9 @@ StepMetrics Trainer::train_step() {
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);
-  if (params.replicated_values()) {
-    share_updated_values();
-  } else if (optimizer_->sharded() && !params.values_lent()) {
-    // ZeRO-1/2 under f32 compute: the owners' updated shards go to every replica. ZeRO-3 keeps
-    // them sharded: the next forward gathers what it uses.
-    gather_shards(*parallel_.dp, params.master().data<float>(), params.master().numel());
-    params.refresh_compute_copy();
-  }
+  sync_->after_update();
   ++step_;
-  // Under ZeRO-3 there are no replicas: every element has one owner.
-  if (parallel_.check_replicas && dp_size_ > 1 && !params.values_lent()) check_replicas_now();
+  if (parallel_.check_replicas) sync_->check_replicas();
   retune_collectives();
   update_scope.finish();
   // ---- end of training section ----
@@ -446,7 +371,7 @@ double Trainer::evaluate() {
     loss_sum += r.loss_sum;
     tokens += r.token_count;
   }
-  if (gathered_parameters_ != nullptr) gathered_parameters_->release_all();
+  sync_->after_forward_only();
   return loss_sum / double(std::max<int64_t>(1, tokens));
 }
 

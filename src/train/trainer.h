@@ -15,15 +15,12 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "data/token_loader.h"
+#include "data_parallel/gradient_sync.h"
 #include "model/transformer.h"
-#include "parallel/grad_reducer.h"
 #include "parallel/pipeline_runtime.h"
-#include "train/gathered_parameters.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
-#include "train/sharded_gradients.h"
 #include "train/train_config.h"
-#include "train/zero_hooks.h"
 
 namespace lattice {
 
@@ -85,12 +82,12 @@ class Trainer {
   const Schedule& pipeline_schedule() const { return pipeline_schedule_; }
   const PipelineStepStats& pipeline_stats() const { return pipeline_stats_; }
   const ParallelSetup& parallel() const { return parallel_; }
-  // The reducer of a dp > 1 run at ZeRO 0/1 (nullptr otherwise).
-  const GradReducer* grad_reducer() const { return reducer_.get(); }
-  // The gradient sharding of a dp > 1 run at ZeRO 2/3, and the parameter gathering at ZeRO-3
-  // (nullptr otherwise).
-  const ShardedGradients* sharded_gradients() const { return sharded_gradients_.get(); }
-  const GatheredParameters* gathered_parameters() const { return gathered_parameters_.get(); }
+  // What the data-parallel gradient synchronisation measured (all zero without a dp group).
+  GradientSyncStats gradient_sync_stats() const { return sync_->stats(); }
+  // Continues on a new dp group with every rank in its place (an elastic generation that
+  // replaced a rank): the gradient synchronisation is rebuilt over it, the model and optimizer
+  // state kept. Call between steps, on every rank of the new group.
+  void rejoin_data_parallel(Communicator& dp);
   Transformer& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
@@ -121,14 +118,7 @@ class Trainer {
   std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
   int pipeline_slots_ = 1;
   PipelineStepStats pipeline_stats_;
-  std::vector<FlatRange> param_ranges_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<ShardedGradients> sharded_gradients_;      // ZeRO-2/3, dp > 1
-  std::unique_ptr<GatheredParameters> gathered_parameters_;  // ZeRO-3, dp > 1
-  std::unique_ptr<ZeroHooks> zero_hooks_;
-  // Runs the ZeRO-2/3 reductions and gathers; declared after their users so that it is joined
-  // before they are destroyed.
-  std::unique_ptr<CommThread> zero_thread_;
+  std::unique_ptr<GradientSync> sync_;  // over parallel_.dp, for the store's ZeRO stage
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;
@@ -143,9 +133,9 @@ class Trainer {
   double run_pipeline(double global_tokens);
   // One batch's loss sum and token count through the pipeline's forwards only (evaluation).
   ForwardResult pipeline_forward(const TokenBatch& batch);
-  void check_replicas_now();
   void retune_collectives();
-  void share_updated_values();
+  // The synchroniser of parallel_.dp for the store's ZeRO stage, its hooks set on the model.
+  void build_gradient_sync();
 };
 
 }  // namespace lattice

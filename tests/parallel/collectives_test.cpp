@@ -1,5 +1,5 @@
-// The dp building blocks on real ranks: bucketed reduction, exact scalar sums, ZeRO shards and
-// their gather, and the replica check.
+// The dp building blocks on real ranks: exact scalar sums, ZeRO shards and their gather, and the
+// replica check (the bucketed reduction: tests/data_parallel/).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +8,6 @@
 #include "comm/thread_world.h"
 #include "core/arena.h"
 #include "core/error.h"
-#include "parallel/grad_reducer.h"
 #include "parallel/rank_sum.h"
 #include "parallel/replica_check.h"
 #include "parallel/zero_shards.h"
@@ -25,41 +24,6 @@ std::vector<FlatRange> ranges_of(const std::vector<int64_t>& sizes) {
   }
   return ranges;
 }
-
-class GradReducerTest : public ::testing::TestWithParam<int> {};
-
-// Small integers per (rank, index): sums are exact, so the result is compared bitwise.
-TEST_P(GradReducerTest, SumsEveryBucketWhetherLaunchedEarlyOrAtFinish) {
-  const int n = GetParam();
-  const auto params = ranges_of({16, 48, 3, 100, 7, 64, 1, 20});
-  const int64_t P = 259;
-  run_ranks(n, [&](Communicator& comm) {
-    Arena arena("r");
-    Tensor grads = Tensor::zeros(arena, {P}, DType::kF32, MemoryCategory::kGradients);
-    GradReducer reducer(comm, grads, params, {.bucket_bytes = 64 * 4});
-    ASSERT_GT(reducer.buckets().size(), 2u);
-    for (int step = 0; step < 2; ++step) {
-      for (int64_t i = 0; i < P; ++i)
-        grads.data<float>()[i] = float((comm.rank() + 1) * (i % 13) + step);
-      reducer.begin_step();
-      // Backward order (last parameters first); step 1 reports only half, finish() does the rest.
-      const int reported = step == 0 ? int(params.size()) : int(params.size()) / 2;
-      for (int p = int(params.size()) - 1; p >= int(params.size()) - reported; --p) {
-        reducer.param_ready(p);
-      }
-      reducer.finish();
-      if (step == 0) {
-        EXPECT_EQ(reducer.launched_during_backward(), int(reducer.buckets().size()));
-      }
-      const float rank_sum = float(n * (n + 1) / 2);
-      for (int64_t i = 0; i < P; ++i) {
-        ASSERT_EQ(grads.data<float>()[i], rank_sum * float(i % 13) + float(n * step)) << i;
-      }
-    }
-  });
-}
-
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GradReducerTest, ::testing::Values(1, 2, 3, 4));
 
 TEST(RankSum, IsExactInDoubleAndTheSameOnEveryRank) {
   run_ranks(3, [](Communicator& comm) {

@@ -87,24 +87,21 @@ RunResult train(TrainConfig config, int dp, int64_t micro_batches, int zero = 0)
     run.params.resize(size_t(trainer.model().registry().total_elements()));
     std::copy(store.master().data<float>(), store.master().data<float>() + held.size(),
               run.params.begin() + held.begin);
-    if (const ShardedGradients* sharded = trainer.sharded_gradients()) {
-      int64_t largest = 0;
-      for (const GradBucket& b : sharded->buckets()) largest = std::max(largest, b.size());
-      run.peak_lent_bucket_bytes[rank] = int64_t(sharded->peak_lent()) * largest * 4;
-      EXPECT_GT(sharded->peak_lent(), 0);
+    const GradientSyncStats sync = trainer.gradient_sync_stats();
+    if (zero >= 2 && dp > 1) {
+      run.peak_lent_bucket_bytes[rank] = int64_t(sync.peak_lent) * sync.largest_bucket_elements * 4;
+      EXPECT_GT(sync.peak_lent, 0);
       // Lending waits for the buckets in flight: never the whole model at once.
-      EXPECT_LE(sharded->peak_lent(), sharded->lent_bound());
+      EXPECT_LE(sync.peak_lent, sync.lent_bound);
     }
-    if (const GatheredParameters* gathered = trainer.gathered_parameters()) {
-      run.peak_gathered_elements[rank] = gathered->peak_held_elements();
-    }
+    if (zero == 3 && dp > 1) run.peak_gathered_elements[rank] = sync.peak_gathered_elements;
     if (comm.rank() == 0) {
       run.losses = losses;
       run.grad_norms = norms;
-      if (const GradReducer* reducer = trainer.grad_reducer()) {
+      if (zero < 2 && dp > 1) {
         // Every bucket was launched during backward (the hook reported every parameter).
-        EXPECT_EQ(reducer->launched_during_backward(), int(reducer->buckets().size()));
-        EXPECT_GT(reducer->buckets().size(), 1u);
+        EXPECT_EQ(sync.launched_during_backward, sync.buckets);
+        EXPECT_GT(sync.buckets, 1);
       }
     }
   });

@@ -1,21 +1,23 @@
-#include "train/sharded_gradients.h"
+#include "data_parallel/sharded_gradients.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "core/timer.h"
+#include "parallel/rank_sum.h"
 #include "parallel/zero_shards.h"
 #include "trace/event_recorder.h"
 
 namespace lattice {
 
-ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
-                                   const std::vector<FlatRange>& params, int64_t bucket_bytes,
-                                   CommThread& thread, Arena& arena, int max_in_flight)
-    : dp_(dp), store_(store), thread_(thread), arena_(arena), max_in_flight_(max_in_flight) {
-  LATTICE_CHECK(max_in_flight >= 1, "ShardedGradients: max_in_flight {} < 1", max_in_flight);
+ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store, Arena& arena,
+                                   GradientSyncOptions options)
+    : dp_(dp), store_(store), arena_(arena), max_in_flight_(options.max_in_flight) {
+  LATTICE_CHECK(max_in_flight_ >= 1, "ShardedGradients: max_in_flight {} < 1", max_in_flight_);
   LATTICE_CHECK(store.gradients_lent(), "ShardedGradients needs a store that lends gradients");
+  const std::vector<FlatRange> params = store.registry().padded_ranges();
+  const int64_t bucket_bytes = options.bucket_bytes;
   const int64_t elements = bucket_bytes / int64_t(sizeof(float));
   buckets_ = plan_grad_buckets(params, bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements));
   const auto& specs = store.registry().specs();
@@ -35,6 +37,10 @@ ShardedGradients::ShardedGradients(Communicator& dp, ParameterStore& store,
   launched_.assign(buckets_.size(), false);
   reduced_ = std::make_unique<std::atomic<bool>[]>(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) reduced_[b] = false;
+  if (store.values_lent()) {
+    gathered_ = std::make_unique<GatheredParameters>(dp, store, thread_, arena);
+  }
+  hooks_ = std::make_unique<ZeroHooks>(*this, gathered_.get(), int64_t(unit_buckets_.size()) - 1);
 }
 
 int ShardedGradients::lent_bound() const {
@@ -80,6 +86,7 @@ void ShardedGradients::param_ready(int index) {
   LATTICE_CHECK(pending_[size_t(b)] > 0, "parameter {} reported ready twice", index);
   if (--pending_[size_t(b)] == 0) {
     launch(b);
+    ++launched_early_;
     free_reduced();  // the buckets reduced meanwhile: keep few lent at once
   }
 }
@@ -141,7 +148,7 @@ void ShardedGradients::free_bucket(int bucket) {
   --lent_count_;
 }
 
-void ShardedGradients::finish_backward() {
+void ShardedGradients::end_backward() {
   for (int b = 0; b < int(buckets_.size()); ++b) {
     // A bucket no backward lent (its parameters got no gradient) has nothing to reduce, but its
     // owners still expect the collective: lend it as zeros so every rank runs the same calls.
@@ -150,17 +157,44 @@ void ShardedGradients::finish_backward() {
       launch(b);
     }
   }
-  Stopwatch watch;
-  {
-    TraceScope scope("wait for gradient buckets", TraceCategory::kIdle);
-    thread_.wait();
-  }
-  exposed_seconds_ += watch.seconds();
+  exposed_seconds_ += wait_for_buckets(thread_);
   for (int b = 0; b < int(buckets_.size()); ++b) {
     if (lent_[size_t(b)].defined()) free_bucket(b);
     launched_[size_t(b)] = false;
   }
   launch_order_.clear();
+}
+
+void ShardedGradients::finish() {
+  if (gathered_ != nullptr) gathered_->release_all();
+}
+
+double ShardedGradients::sum_counted(double local) {
+  return sum_over_ranks(dp_, {local})[0];  // each element's gradient is on its owner only
+}
+
+void ShardedGradients::after_update() {
+  if (gathered_ == nullptr) share_owned_updates(dp_, store_);
+}
+
+void ShardedGradients::after_forward_only() {
+  if (gathered_ != nullptr) gathered_->release_all();
+}
+
+void ShardedGradients::check_replicas() {
+  if (gathered_ == nullptr) check_store_replicas(dp_, store_);  // ZeRO-3: every element one owner
+}
+
+GradientSyncStats ShardedGradients::stats() const {
+  GradientSyncStats s = bucket_stats(store_.zero().stage, buckets_, launched_early_,
+                                     communication_seconds_, exposed_seconds_);
+  s.peak_lent = peak_lent_;
+  s.lent_bound = lent_bound();
+  if (gathered_ != nullptr) {
+    s.gather_seconds = gathered_->communication_seconds();
+    s.peak_gathered_elements = gathered_->peak_held_elements();
+  }
+  return s;
 }
 
 }  // namespace lattice

@@ -1,4 +1,7 @@
-#include "train/zero_hooks.h"
+#include "data_parallel/zero_hooks.h"
+
+#include "data_parallel/gathered_parameters.h"
+#include "data_parallel/sharded_gradients.h"
 
 namespace lattice {
 

@@ -1,16 +1,19 @@
-#include "parallel/grad_reducer.h"
+#include "data_parallel/grad_reducer.h"
 
 #include <algorithm>
 
 #include "core/timer.h"
+#include "parallel/rank_sum.h"
 #include "trace/event_recorder.h"
 
 namespace lattice {
 
-GradReducer::GradReducer(Communicator& dp, Tensor grads, const std::vector<FlatRange>& params,
-                         GradReducerOptions options)
-    : dp_(dp), grads_(std::move(grads)), options_(options) {
+GradReducer::GradReducer(Communicator& dp, ParameterStore& store, GradientSyncOptions options)
+    : dp_(dp), store_(store), grads_(store.grads()), options_(options) {
+  LATTICE_CHECK(!store.gradients_lent(), "GradReducer: a ZeRO-{} store lends its gradients",
+                store.zero().stage);
   expect_dtype(grads_, DType::kF32, "GradReducer", "gradients");
+  const std::vector<FlatRange> params = store.registry().padded_ranges();
   const int64_t elements = options_.bucket_bytes / int64_t(sizeof(float));
   buckets_ =
       plan_grad_buckets(params, options_.bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements));
@@ -33,10 +36,12 @@ void GradReducer::begin_step() {
     params_pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   }
   launched_.assign(buckets_.size(), false);
+  listening_ = false;
   launched_early_ = 0;
 }
 
 void GradReducer::param_ready(int index) {
+  if (!listening_) return;  // an earlier micro-batch: its gradients still accumulate
   const int b = bucket_of_param_.at(size_t(index));
   LATTICE_CHECK(params_pending_[size_t(b)] > 0, "parameter {} reported ready twice", index);
   if (--params_pending_[size_t(b)] == 0) {
@@ -49,12 +54,8 @@ void GradReducer::finish() {
   for (int b = 0; b < int(buckets_.size()); ++b) {
     if (!launched_[size_t(b)]) launch(b);
   }
-  Stopwatch watch;
-  {
-    TraceScope scope("wait for gradient buckets", TraceCategory::kIdle);
-    thread_.wait();
-  }
-  exposed_seconds_ += watch.seconds();
+  listening_ = false;
+  exposed_seconds_ += wait_for_buckets(thread_);
 }
 
 void GradReducer::launch(int bucket) {
@@ -70,6 +71,27 @@ void GradReducer::launch(int bucket) {
     dp_.all_reduce(data, range.size(), DType::kF32, ReduceOp::kSum, options);
     communication_seconds_ += watch.seconds();
   });
+}
+
+FlatRange GradReducer::counted_range() const {
+  return store_.zero().owned(store_.registry().total_elements());
+}
+
+double GradReducer::sum_counted(double local) {
+  return store_.zero().shards_optimizer() ? sum_over_ranks(dp_, {local})[0] : local;
+}
+
+void GradReducer::after_update() {
+  if (store_.zero().shards_optimizer()) share_owned_updates(dp_, store_);
+}
+
+void GradReducer::check_replicas() {
+  check_store_replicas(dp_, store_);
+}
+
+GradientSyncStats GradReducer::stats() const {
+  return bucket_stats(store_.zero().stage, buckets_, launched_early_, communication_seconds_,
+                      exposed_seconds_);
 }
 
 }  // namespace lattice

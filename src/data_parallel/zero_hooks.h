@@ -1,13 +1,16 @@
-// The ZeRO-2/3 side of a whole-model forward and backward (model/parameter_hooks.h): ZeRO-3
-// gathers each unit's parameters just before it runs (prefetching the next one) and frees them
-// after; ZeRO-2 and 3 lend the gradient buckets of a unit before its backward.
+// The ZeRO-2/3 side of a whole-model forward and backward (model/parameter_hooks.h), driven by
+// ShardedGradients: ZeRO-3 gathers each unit's parameters just before it runs (prefetching the next
+// one) and frees them after; ZeRO-2 and 3 lend the gradient buckets of a unit before its backward.
 #pragma once
 
+#include <cstdint>
+
 #include "model/parameter_hooks.h"
-#include "train/gathered_parameters.h"
-#include "train/sharded_gradients.h"
 
 namespace lattice {
+
+class GatheredParameters;
+class ShardedGradients;
 
 class ZeroHooks : public ParameterHooks {
  public:

@@ -1,4 +1,4 @@
-#include "train/gathered_parameters.h"
+#include "data_parallel/gathered_parameters.h"
 
 #include <algorithm>
 #include <cstring>
@@ -21,8 +21,7 @@ GatheredParameters::GatheredParameters(Communicator& dp, ParameterStore& store, 
   held_.resize(units_.size());
   for (int i = 0; i < int(specs.size()); ++i) {
     const ParameterSpec& spec = specs[size_t(i)];
-    const int64_t end =
-        size_t(i) + 1 < specs.size() ? specs[size_t(i) + 1].offset : registry.total_elements();
+    const int64_t end = registry.padded_range(i).end;
     Unit& unit = units_[size_t(spec.layer + 1)];
     unit.params.push_back(i);
     if (!unit.ranges.empty() && unit.ranges.back().end == spec.offset) {

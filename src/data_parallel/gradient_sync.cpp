@@ -1,0 +1,93 @@
+#include "data_parallel/gradient_sync.h"
+
+#include <algorithm>
+
+#include "core/rank_progress.h"
+#include "core/timer.h"
+
+#include "data_parallel/grad_reducer.h"
+#include "data_parallel/sharded_gradients.h"
+#include "parallel/replica_check.h"
+#include "parallel/zero_shards.h"
+#include "trace/event_recorder.h"
+
+namespace lattice {
+
+std::unique_ptr<GradientSync> make_gradient_sync(Communicator* dp, ParameterStore& store,
+                                                 Arena& arena, GradientSyncOptions options) {
+  const ZeroSharding& zero = store.zero();
+  if (dp == nullptr || dp->size() == 1) {
+    LATTICE_CHECK(zero.ranks == 1, "a store sharded over {} ranks without a dp group", zero.ranks);
+    return std::make_unique<LocalGradients>(store);
+  }
+  LATTICE_CHECK(zero.ranks == dp->size() && zero.rank == dp->rank(),
+                "the store is sharded as dp rank {} of {}, the group '{}' has this rank as {} of "
+                "{}: a new group must keep every rank's place",
+                zero.rank, zero.ranks, dp->name(), dp->rank(), dp->size());
+  if (zero.shards_gradients())
+    return std::make_unique<ShardedGradients>(*dp, store, arena, options);
+  return std::make_unique<GradReducer>(*dp, store, options);
+}
+
+// Under bf16 compute (replicated_values) every owner updated the master and compute copy of its
+// shard: the compute copy and the f32 copies of the parameters read in f32 go from the owners to
+// all. Under f32 compute the compute copy is the master: its owned shards go to every replica.
+void share_owned_updates(Communicator& dp, ParameterStore& store) {
+  const ParameterRegistry& registry = store.registry();
+  const int64_t P = registry.total_elements();
+  if (!store.replicated_values()) {
+    gather_shards(dp, store.master().data<float>(), store.master().numel());
+    store.refresh_compute_copy();
+    return;
+  }
+  Tensor& compute = store.compute();
+  broadcast_from_owners(dp, compute.raw_data(), compute.dtype(), FlatRange{0, P}, P);
+  const FlatRange owned = store.master_range();
+  const float* master = store.master().data<float>();
+  const auto& specs = registry.specs();
+  for (int i = 0; i < int(specs.size()); ++i) {
+    const ParameterSpec& spec = specs[size_t(i)];
+    if (!spec.read_as_f32) continue;
+    const FlatRange range{spec.offset, spec.offset + spec.local_shape.numel()};
+    float* copy = store.f32_copy(i).data<float>();
+    const int64_t begin = std::max(range.begin, owned.begin);
+    const int64_t end = std::min(range.end, owned.end);
+    if (begin < end) {
+      std::copy(master + (begin - owned.begin), master + (end - owned.begin),
+                copy + (begin - range.begin));
+    }
+    broadcast_from_owners(dp, copy, range, P);
+  }
+}
+
+GradientSyncStats bucket_stats(int zero, const std::vector<GradBucket>& buckets,
+                               int launched_during_backward, double communication_seconds,
+                               double exposed_seconds) {
+  GradientSyncStats s;
+  s.zero = zero;
+  s.buckets = int(buckets.size());
+  for (const GradBucket& b : buckets) {
+    s.largest_bucket_elements = std::max(s.largest_bucket_elements, b.size());
+  }
+  s.launched_during_backward = launched_during_backward;
+  s.communication_seconds = communication_seconds;
+  s.exposed_seconds = exposed_seconds;
+  return s;
+}
+
+double wait_for_buckets(CommThread& thread) {
+  Stopwatch watch;
+  const CollectiveReport waiting("dp gradients", 0);
+  TraceScope scope("wait for gradient buckets", TraceCategory::kIdle);
+  thread.wait();
+  return watch.seconds();
+}
+
+void check_store_replicas(Communicator& dp, ParameterStore& store) {
+  std::vector<std::string> names;
+  for (const ParameterSpec& spec : store.registry().specs()) names.push_back(spec.name);
+  check_replicas(dp, store.master_sharded() ? store.compute() : store.master(),
+                 store.registry().padded_ranges(), names);
+}
+
+}  // namespace lattice
