@@ -12,7 +12,6 @@
 // the communication fraction, both max over ranks (the step ends with its slowest rank), the
 // collectives and bytes of one step, and the speed-up over tp = 1 measured in the same run.
 #include <fmt/format.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,21 +28,19 @@
 #include "comm/thread_world.h"
 #include "core/arena.h"
 #include "core/error.h"
-#include "core/philox.h"
+#include "core/statistics.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "model/transformer.h"
-#include "parallel/rank_sum.h"
 #include "train/grad_norm.h"
 #include "train/optimizer.h"
+#include "train/train_benchmark.h"
 
 namespace lattice::cli {
 namespace {
 
 // The Philox key of `lattice bench train`'s tokens (train_benchmark.cpp), so that the tp = 1
 // losses of both benchmarks start from the same batch.
-constexpr uint64_t kTokenKey = 0x62656e6368746f6bull;  // "benchtok"
-
 struct BenchTpArgs {
   std::string preset = "gpt2-124m";
   int64_t batch = 4;
@@ -62,14 +59,6 @@ struct Layout {
   int tp = 1;
   bool sp = false;
 };
-
-// CPU time of the calling thread: a rank's own work (its thread budget is 1, so its kernels run
-// on this thread), without the time it waited blocked or sat preempted by other processes.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 // One rank's timed steps.
 struct RankSteps {
@@ -111,29 +100,6 @@ std::vector<Layout> layouts(const BenchTpArgs& args) {
   return out;
 }
 
-// tokens, targets: i32 (B, T), uniform over the vocabulary; the same on every rank.
-void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed) {
-  PhiloxStream stream(seed, kTokenKey);
-  for (Tensor* t : {&tokens, &targets}) {
-    int32_t* data = t->data<int32_t>();
-    for (int64_t i = 0; i < t->numel(); ++i) data[i] = int32_t(stream.next_below(uint64_t(vocab)));
-  }
-}
-
-// The global gradient norm as the Trainer computes it: parameters replicated over tp are
-// counted on tp rank 0 only, so every element of the model counts once.
-double global_grad_norm(Transformer& model, Communicator& tp_group) {
-  const Tensor& grads = model.parameters().grads();
-  if (tp_group.size() == 1) return std::sqrt(grad_sum_squares(grads));
-  double local = 0.0;
-  for (const ParameterSpec& spec : model.registry().specs()) {
-    if (spec.shard.replicated() && tp_group.rank() != 0) continue;
-    const int64_t end = spec.offset + spec.local_shape.numel();
-    if (end > spec.offset) local += grad_sum_squares(grads.slice_rows(spec.offset, end));
-  }
-  return std::sqrt(sum_over_ranks(tp_group, {local})[0]);
-}
-
 RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, bool sp,
                    Communicator& comm) {
   set_thread_budget(args.threads);
@@ -146,6 +112,7 @@ RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, boo
   Tensor targets = Tensor::empty(arena, Shape({args.batch, args.seq}), DType::kI32);
   fill_random_tokens(tokens, targets, model_config.vocab_size, args.seed);
   TensorParallel& tp = model.tensor_parallel();
+  LocalGradients replicas(model.parameters());  // no dp group: one replica
   const double tokens_per_step = double(args.batch * args.seq);
 
   RankSteps out;
@@ -160,7 +127,7 @@ RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, boo
     const ForwardResult r = model.forward(tokens, targets);
     model.backward(float(1.0 / tokens_per_step));
     model.reduce_partial_grads();
-    const double grad_norm = global_grad_norm(model, comm);
+    const double grad_norm = global_grad_norm(params, replicas, &comm, nullptr);
     grad_norm_clip(params.grads(), grad_norm, 1.0f);
     optimizer.step(args.lr);
     // ---- end of training section ----

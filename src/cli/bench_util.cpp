@@ -6,21 +6,16 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/thread_budget.h"
 
 namespace lattice::cli {
-
-double median(std::vector<double> values) {
-  LATTICE_CHECK(!values.empty(), "median of no values");
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
 
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string one, five;
   in >> one >> five;
-  return in ? fmt::format("{} (1 min) {} (5 min)", one, five) : "unknown";
+  return in ? fmt::format("{} (1 min) {} (5 min) on {} cores", one, five, available_cores())
+            : "unknown";
 }
 
 DType parse_precision(const std::string& name) {

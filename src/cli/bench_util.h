@@ -2,16 +2,13 @@
 #pragma once
 
 #include <string>
-#include <vector>
-
 #include "core/dtype.h"
+#include "core/statistics.h"
 
 namespace lattice::cli {
 
-// The median of `values` (the mean of the middle two for an even count); ValueError when empty.
-double median(std::vector<double> values);
-// "0.52 (1 min) 0.61 (5 min)" from /proc/loadavg, or "unknown": benchmarks print it at start
-// and end, so a reader can tell a quiet run from a contended one.
+// "0.52 (1 min) 0.61 (5 min) on 2 cores" from /proc/loadavg, or "unknown": benchmarks print it at
+// start and end, so a reader can tell a quiet run from a contended one.
 std::string load_average();
 // "fp32" or "bf16" (ValueError naming the choices otherwise).
 DType parse_precision(const std::string& name);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli/bench_util.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/thread_budget.h"
@@ -102,14 +103,6 @@ class SyntheticData {
   std::filesystem::path dir_;
 };
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return in ? fmt::format("{} (1 min) {} (5 min) on {} cores", one, five, available_cores())
-            : "unknown";
-}
-
 plan::MeasuredRun measured_run(const RankMemory& rank, double step_seconds) {
   const MemoryStats& m = rank.finished;
   auto peak = [&](MemoryCategory c) { return double(m.peak_by_category[size_t(c)]); };
@@ -147,12 +140,6 @@ Recompute runtime_recompute(plan::Recompute recompute) {
       return Recompute::kFull;
   }
   return Recompute::kNone;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
 }  // namespace
@@ -194,7 +181,7 @@ int run_plan_validate(const PlanValidateArgs& args) {
                   args.rounds, args.micro_batches);
   }
 
-  const std::string load_at_start = load_average();
+  const std::string load_at_start = cli::load_average();
   if (!args.json) {
     fmt::print(
         "# lattice plan --validate: {} ({} layers, compute {}), global batch {} x T={}, {} "

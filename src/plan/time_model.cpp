@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/model_flops.h"
+
 #include "plan/activation_memory.h"
 #include "plan/collective_cost.h"
 #include "plan/lattice_stages.h"
@@ -104,9 +106,8 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
 
 double model_flops_per_step(const TrainingSetup& setup) {
   const ModelSpec& model = setup.model;
-  const double psi = double(count_parameters(model).total);
-  const double per_token =
-      6.0 * psi + 12.0 * double(model.n_layers) * double(model.d_model) * double(setup.seq_len);
+  const double per_token = model_flops_per_token(count_parameters(model).total, model.n_layers,
+                                                 model.d_model, setup.seq_len);
   return per_token * double(setup.global_batch) * double(setup.seq_len);
 }
 

@@ -1,8 +1,41 @@
 #include "train/grad_norm.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/elementwise.h"
+#include "parallel/rank_sum.h"
 
 namespace lattice {
+
+double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* tp,
+                        Communicator* pp) {
+  // grads() holds [held.begin, held.end) of the flat store: all of it, or the ZeRO-2/3 shard.
+  const Tensor& grads = store.grads();
+  const FlatRange held = store.grad_range();
+  const FlatRange counted = dp.counted_range();
+  const bool split_tp = tp != nullptr && tp->size() > 1;
+  const bool split_pp = pp != nullptr && pp->size() > 1;
+  double local = 0.0;
+  if (!split_tp && !split_pp) {
+    if (counted.size() > 0) {
+      local =
+          grad_sum_squares(grads.slice_rows(counted.begin - held.begin, counted.end - held.begin));
+    }
+  } else {
+    for (const ParameterSpec& spec : store.registry().specs()) {
+      if (spec.shard.replicated() && split_tp && tp->rank() != 0) continue;
+      if (spec.tied_copy) continue;  // counted on the first stage
+      const int64_t lo = std::max(counted.begin, spec.offset);
+      const int64_t hi = std::min(counted.end, spec.offset + spec.local_shape.numel());
+      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
+    }
+  }
+  local = dp.sum_counted(local);
+  if (split_tp) local = sum_over_ranks(*tp, {local})[0];
+  if (split_pp) local = sum_over_ranks(*pp, {local})[0];
+  return std::sqrt(local);
+}
 
 double grad_sum_squares(const Tensor& grads) {
   return sum_squares(grads);

@@ -2,42 +2,24 @@
 
 #include <fmt/format.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <mutex>
 
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "core/statistics.h"
 #include "core/thread_budget.h"
 #include "parallel/device_mesh.h"
 #include "train/trainer.h"
 
 namespace lattice {
 
-namespace {
-
-double median_of(std::vector<double> values) {
-  LATTICE_CHECK(!values.empty(), "median of no timed steps");
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
-double thread_cpu_ms() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return double(now.tv_sec) * 1e3 + double(now.tv_nsec) / 1e6;
-}
-
-}  // namespace
-
 double LayoutRunResult::median_step_ms() const {
-  return median_of(step_ms);
+  return median(step_ms);
 }
 
 double LayoutRunResult::median_step_cpu_ms() const {
-  return median_of(step_cpu_ms);
+  return median(step_cpu_ms);
 }
 
 const RankMemory& LayoutRunResult::stage(int stage) const {
@@ -79,9 +61,9 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
     memory.constructed = arena.stats();
     std::vector<double> step_ms, step_cpu_ms, losses;
     for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
-      const double cpu_before = thread_cpu_ms();
+      const double cpu_before = 1e3 * thread_cpu_seconds();
       const StepMetrics m = trainer.train_step();
-      const double cpu = thread_cpu_ms() - cpu_before;
+      const double cpu = 1e3 * thread_cpu_seconds() - cpu_before;
       losses.push_back(m.loss);
       if (s >= options.warmup_steps) {
         step_ms.push_back(m.ms);

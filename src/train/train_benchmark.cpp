@@ -7,6 +7,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/statistics.h"
 #include "core/tensor.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
@@ -22,15 +23,6 @@ namespace {
 // Philox keys of the benchmark's random inputs (distinct from the model's initialisation).
 constexpr uint64_t kTokenKey = 0x62656e6368746f6bull;  // "benchtok"
 constexpr uint64_t kGemmKey = 0x62656e636867656dull;   // "benchgem"
-
-// tokens, targets: i32 (B, T), uniform over the vocabulary.
-void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed) {
-  PhiloxStream stream(seed, kTokenKey);
-  for (Tensor* t : {&tokens, &targets}) {
-    int32_t* data = t->data<int32_t>();
-    for (int64_t i = 0; i < t->numel(); ++i) data[i] = int32_t(stream.next_below(uint64_t(vocab)));
-  }
-}
 
 Tensor random_matrix(Arena& arena, int64_t rows, int64_t cols, DType dtype, uint64_t seed,
                      uint64_t offset) {
@@ -59,20 +51,19 @@ bool all_finite(const Tensor& t) {
 }  // namespace
 
 double TrainBenchmarkResult::median_ms() const {
-  LATTICE_CHECK(!step_ms.empty(), "median of no timed steps");
-  std::vector<double> sorted = step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t mid = sorted.size() / 2;
-  return sorted.size() % 2 == 1 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+  return median(step_ms);
 }
 
 double TrainBenchmarkResult::tokens_per_s(int64_t tokens_per_step) const {
   return double(tokens_per_step) / (median_ms() / 1e3);
 }
 
-double model_flops_per_token(const ModelConfig& model, int64_t parameters, int64_t seq) {
-  return 6.0 * double(parameters) +
-         12.0 * double(model.n_layer) * double(model.d_model) * double(seq);
+void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed) {
+  PhiloxStream stream(seed, kTokenKey);
+  for (Tensor* t : {&tokens, &targets}) {
+    int32_t* data = t->data<int32_t>();
+    for (int64_t i = 0; i < t->numel(); ++i) data[i] = int32_t(stream.next_below(uint64_t(vocab)));
+  }
 }
 
 TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
@@ -99,7 +90,8 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
 
   TrainBenchmarkResult result;
   result.parameters = model.registry().total_elements();
-  result.flops_per_token = model_flops_per_token(config.model, result.parameters, config.seq);
+  result.flops_per_token = model_flops_per_token(result.parameters, config.model.n_layer,
+                                                 config.model.d_model, config.seq);
   const double tokens_per_step = double(config.batch * config.seq);
   for (int step = 0; step < config.warmup_steps + config.steps; ++step) {
     Stopwatch watch;

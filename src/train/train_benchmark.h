@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/model_flops.h"
+#include "core/tensor.h"
 #include "model/config.h"
 
 namespace lattice {
@@ -30,14 +32,14 @@ struct TrainBenchmarkResult {
   std::vector<double> step_ms;  // each timed step
   std::vector<double> losses;   // loss of every step, warm-up included (finite when all is well)
   int64_t parameters = 0;
-  double flops_per_token = 0;  // model_flops_per_token()
+  double flops_per_token = 0;  // core/model_flops.h
   double median_ms() const;
   double tokens_per_s(int64_t tokens_per_step) const;
 };
 
-// Model FLOPs per trained token, PaLM appendix B: 6·N (forward 2·N, backward 4·N) plus
-// attention 12·L·C·T (full T×T scores; causal masking's halving is not subtracted).
-double model_flops_per_token(const ModelConfig& model, int64_t parameters, int64_t seq);
+// tokens, targets: i32 (B, T), uniform over the vocabulary, a function of the seed (the same on
+// every rank).
+void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed);
 
 TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config);
 

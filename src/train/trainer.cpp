@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/model_flops.h"
 #include "core/rank_progress.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
@@ -184,40 +185,8 @@ int64_t Trainer::train_tokens() const {
 
 double Trainer::flops_per_token() const {
   const ModelConfig& c = config_.model;
-  double params = double(model_->registry().global_elements());
-  double attention = 12.0 * double(c.n_layer) * double(c.d_model) * double(config_.seq_len) / 2.0;
-  // Causal attention does half the work of the full T×T product; PaLM counts the full one.
-  return 6.0 * params + attention;
-}
-
-double Trainer::global_grad_norm() {
-  // After the dp reduction every replica holds all gradients of its shard of the model; under
-  // ZeRO each dp rank counts its owned shard only (the synchroniser's counted range). Parameters
-  // replicated over tp are counted on tp rank 0 only, so every element of the model counts
-  // exactly once. grads() holds [held.begin, held.end) of the flat store: all of it, or the
-  // ZeRO-2/3 shard.
-  const Tensor& grads = model_->parameters().grads();
-  const FlatRange held = model_->parameters().grad_range();
-  const FlatRange counted = sync_->counted_range();
-  double local = 0.0;
-  if (tp_size_ == 1 && pp_size_ == 1) {
-    if (counted.size() > 0) {
-      local =
-          grad_sum_squares(grads.slice_rows(counted.begin - held.begin, counted.end - held.begin));
-    }
-  } else {
-    for (const ParameterSpec& spec : model_->registry().specs()) {
-      if (spec.shard.replicated() && tp_rank_ != 0) continue;
-      if (spec.tied_copy) continue;  // counted on the first stage
-      const int64_t lo = std::max(counted.begin, spec.offset);
-      const int64_t hi = std::min(counted.end, spec.offset + spec.local_shape.numel());
-      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
-    }
-  }
-  local = sync_->sum_counted(local);
-  if (tp_size_ > 1) local = sum_over_ranks(*parallel_.tp, {local})[0];
-  if (pp_size_ > 1) local = sum_over_ranks(*parallel_.pp, {local})[0];
-  return std::sqrt(local);
+  return model_flops_per_token(model_->registry().global_elements(), c.n_layer, c.d_model,
+                               config_.seq_len);
 }
 
 double Trainer::run_micro_batches(double global_tokens) {
@@ -308,7 +277,7 @@ StepMetrics Trainer::train_step() {
   model_->reduce_partial_grads();
   report_phase(Phase::kOptimizer);
   TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
-  const double grad_norm = global_grad_norm();
+  const double grad_norm = global_grad_norm(params, *sync_, parallel_.tp, parallel_.pp);
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);

@@ -99,7 +99,7 @@ class Trainer {
   // file's epoch) — also under another global batch, which then reads on from there.
   void restore_data_position(const DataPosition& saved);
   int64_t train_tokens() const;  // the training file's token count
-  // Model FLOPs per trained token: 6·(parameters) + attention (PaLM appendix B: 12·L·C·T).
+  // Model FLOPs per trained token (core/model_flops.h: PaLM appendix B, as bench and plan).
   double flops_per_token() const;
 
  private:
@@ -126,8 +126,6 @@ class Trainer {
   int64_t stream_offset_ = 0;
   int64_t first_sequence() const { return step_ * config_.global_batch + stream_offset_; }
 
-  // The gradient norm of the whole model over the dp and tp groups (each element counted once).
-  double global_grad_norm();
   // Forward and backward of the step's micro-batches; returns this rank's loss sum.
   double run_micro_batches(double global_tokens);
   double run_pipeline(double global_tokens);

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "test_corpus.h"
+#include "train/trainer.h"
 
 namespace lattice {
 namespace {
@@ -12,8 +14,32 @@ namespace {
 TEST(TrainBenchmark, ModelFlopsPerTokenIsSixNPlusAttention) {
   ModelConfig c = model_preset("gpt2-124m");
   // 6·N + 12·L·C·T with N = 124,439,808 (tied GPT-2 small), L 12, C 768, T 256.
-  EXPECT_DOUBLE_EQ(model_flops_per_token(c, 124439808, 256),
+  EXPECT_DOUBLE_EQ(model_flops_per_token(124439808, c.n_layer, c.d_model, 256),
                    6.0 * 124439808 + 12.0 * 12 * 768 * 256);
+}
+
+// `lattice train` and `lattice bench train` report the MFU of one formula (the planner's too,
+// tests/plan/time_model_test.cpp): the Trainer once halved the attention term.
+TEST(TrainBenchmark, TheTrainerCountsTheSameModelFlops) {
+  TrainConfig config;
+  config.model = model_preset("gpt2-tiny");
+  config.data_dir = testing::make_corpus_dir("flops_per_token").string();
+  config.seq_len = 32;
+  config.global_batch = 2;
+  config.micro_batches = 1;
+  config.threads = 1;
+  Arena arena("flops");
+  Trainer trainer(config, arena);
+  TrainBenchmarkConfig bench;
+  bench.model = config.model;
+  bench.batch = 1;
+  bench.seq = 32;
+  bench.warmup_steps = 0;
+  bench.steps = 1;
+  const TrainBenchmarkResult r = run_train_benchmark(bench);
+  EXPECT_EQ(r.parameters, trainer.model().registry().global_elements());
+  EXPECT_DOUBLE_EQ(trainer.flops_per_token(), r.flops_per_token);
+  EXPECT_DOUBLE_EQ(r.flops_per_token, 6.0 * double(r.parameters) + 12.0 * 2 * 64 * 32);
 }
 
 TEST(TrainBenchmark, TinyModelRunsEveryStepAndLearns) {
