@@ -3,15 +3,89 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
 #include <utility>
 #include <vector>
 
 #include "ckpt/collective_save.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace lattice {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// What a rank leaves in the staging directory once its shard file is written
+// (CommitOptions::record_writes): the manifest header and its write result.
+fs::path write_record_path(const fs::path& staging, int rank) {
+  return staging / fmt::format("written_rank_{:05d}.json", rank);
+}
+
+void record_write(const fs::path& staging, int rank, const Manifest& header,
+                  const std::string& result) {
+  const nlohmann::json record = {{"manifest", manifest_to_text(header)}, {"result", result}};
+  write_file_atomically(write_record_path(staging, rank), record.dump());
+}
+
+// The records are the staging directory's, not the checkpoint's: gone before it commits.
+void remove_write_records(const fs::path& staging, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    std::error_code ec;
+    fs::remove(write_record_path(staging, r), ec);
+  }
+}
+
+std::optional<int64_t> staging_step(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (!dir.has_filename() || !name.starts_with("step_") || !name.ends_with(".tmp")) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(5, name.size() - 9);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::optional<fs::path> commit_written_staging(const fs::path& root, const CommitOptions& options) {
+  const CheckpointRoot checkpoints(root);
+  const std::vector<int64_t> committed = checkpoints.committed_steps();
+  const int64_t newest = committed.empty() ? -1 : committed.front();
+  std::optional<int64_t> step;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::optional<int64_t> s =
+        entry.is_directory() ? staging_step(entry.path()) : std::nullopt;
+    if (s && *s > newest && (!step || *s > *step)) step = s;
+  }
+  if (!step) return std::nullopt;
+  const fs::path staging = checkpoints.staging_dir(*step);
+  std::optional<Manifest> header;
+  std::vector<RankWriteResult> results;
+  int ranks = 1;
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(write_record_path(staging, r));
+    if (!in) {
+      spdlog::warn("snapshot {}: rank {} never finished writing it: not restored", staging.string(),
+                   r);
+      return std::nullopt;
+    }
+    const nlohmann::json record = nlohmann::json::parse(in);
+    if (!header) {
+      header = manifest_from_text(record.at("manifest").get<std::string>(),
+                                  write_record_path(staging, r));
+      ranks = header->layout.dp * header->layout.tp * header->layout.pp;
+    }
+    results.push_back(
+        rank_write_result_from_json(nlohmann::json::parse(record.at("result").get<std::string>())));
+  }
+  remove_write_records(staging, ranks);
+  return checkpoints.commit(std::move(*header), results, options);
+}
 
 CollectiveAsyncSaver::CollectiveAsyncSaver(fs::path root, Communicator& world,
                                            CommitOptions options)
@@ -20,9 +94,12 @@ CollectiveAsyncSaver::CollectiveAsyncSaver(fs::path root, Communicator& world,
 CollectiveAsyncSaver::~CollectiveAsyncSaver() {
   if (!pending_.valid()) return;
   pending_.wait();  // the background thread reads the snapshot, which dies with us
-  spdlog::warn("checkpoint step {} was still being saved when its saver closed: not committed",
-               manifest_ ? manifest_->step : -1);
-  if (world_.rank() == 0 && manifest_) {
+  spdlog::warn(
+      "checkpoint step {} was still being saved when its saver closed: not committed{}",
+      manifest_ ? manifest_->step : -1,
+      options_.record_writes ? " (its written shards are kept for the next generation)" : "");
+  // Recorded writes stay for the next generation to commit if every rank finished.
+  if (world_.rank() == 0 && manifest_ && !options_.record_writes) {
     std::error_code ec;
     fs::remove_all(root_.staging_dir(manifest_->step), ec);
   }
@@ -52,12 +129,14 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   snapshot_.take(shards);  // the stall: from here on training may change the shards' tensors
   manifest_ = std::move(manifest);
   const fs::path staging = root_.staging_dir(step);
-  pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank()] {
+  pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
+                                             header = *manifest_] {
     WriteOutcome outcome;
     outcome.error = capture_error([&] {
       if (options_.before_write) options_.before_write(rank);
       outcome.result =
           rank_write_result_to_json(write_rank_shards(staging, rank, snapshot_.shards())).dump();
+      if (options_.record_writes) record_write(staging, rank, header, outcome.result);
     });
     return outcome;
   });
@@ -119,6 +198,7 @@ void CollectiveAsyncSaver::finish() {
         for (const std::string& text : results) {
           parsed.push_back(rank_write_result_from_json(nlohmann::json::parse(text)));
         }
+        if (options_.record_writes) remove_write_records(root_.staging_dir(step), world_.size());
         root_.commit(std::move(manifest), parsed, options_);
       });
       if (!error.empty()) abandon();  // before the outcome reaches anyone

@@ -36,6 +36,15 @@
 
 namespace lattice {
 
+// Elastic snapshots (CommitOptions::record_writes): the newest save under `root`, newer than its
+// newest committed step, that every rank of the world that saved it finished writing but that
+// was never committed (that world lost a rank first), committed now by the one rank of the new
+// world that calls this. Returns its directory; nullopt when there is none, or when a rank's
+// record is missing (it died while writing: that torn copy is never restored, and readers fall
+// back to the newest committed step).
+std::optional<std::filesystem::path> commit_written_staging(const std::filesystem::path& root,
+                                                            const CommitOptions& options = {});
+
 class CollectiveAsyncSaver {
  public:
   // `world`: every rank of the run (DeviceMesh::world()); used only from the thread calling
@@ -59,6 +68,12 @@ class CollectiveAsyncSaver {
   // Collective: blocks until the save in flight is written on every rank and committed;
   // rethrows the error of a save that failed (also one that poll() completed).
   void wait();
+
+  // Local: blocks until this rank's write of the save in flight is done (commits nothing). With
+  // CommitOptions::record_writes the write is then recorded for a next generation to commit.
+  void wait_written() const {
+    if (pending_.valid()) pending_.wait();
+  }
 
   bool in_flight() const { return pending_.valid(); }
   // The directory of the newest save this saver committed.

@@ -42,12 +42,6 @@ void fsync_dir(const fs::path& dir) {
   }
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  AtomicFileWriter writer(path);
-  writer.write(text.data(), text.size());
-  writer.commit();
-}
-
 // Puts complete directory `staging` in place of existing `target`. An atomic exchange where the
 // file system has one (Linux renameat2), so no instant is without a valid `target`; otherwise
 // the old one is moved aside first and removed only after the new one is in place.
@@ -194,7 +188,7 @@ void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Mani
     }
   }
   // AtomicFileWriter flushes the file and then the staging directory itself.
-  write_text_atomically(staging / kManifestFileName, manifest_to_text(manifest));
+  write_file_atomically(staging / kManifestFileName, manifest_to_text(manifest));
   call_hook(options, CommitStage::kManifestWritten);
 
   if (options.fence) options.fence();
@@ -243,7 +237,7 @@ fs::path CheckpointRoot::commit(Manifest manifest, const std::vector<RankWriteRe
   const fs::path target = step_dir(step);
   commit_checkpoint_dir(staging_dir(step), target, std::move(manifest), results, options);
 
-  write_text_atomically(root_ / kLatestFileName, target.filename().string() + "\n");
+  write_file_atomically(root_ / kLatestFileName, target.filename().string() + "\n");
   call_hook(options, CommitStage::kLatestUpdated);
 
   if (options.keep_last > 0) {

@@ -86,6 +86,10 @@ struct CommitOptions {
   // Called by the committing rank just before the rename that makes a checkpoint visible; a
   // throw refuses the commit (an elastic rank whose generation was replaced: docs/elastic.md).
   std::function<void()> fence = {};
+  // Elastic snapshots (collective_async_saver.h): each rank also records its finished write in
+  // the staging directory, and a save abandoned in flight keeps its staging directory, so that
+  // the next generation can commit a save every rank had written (commit_written_staging).
+  bool record_writes = false;
 };
 
 // Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.

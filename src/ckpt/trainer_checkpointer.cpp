@@ -28,6 +28,10 @@ double TrainerCheckpointer::save() {
   return stall.seconds();
 }
 
+void TrainerCheckpointer::wait_written() const {
+  if (async_ != nullptr) async_->wait_written();
+}
+
 void TrainerCheckpointer::after_step() {
   if (async_ != nullptr) async_->poll();
 }

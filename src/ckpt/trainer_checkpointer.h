@@ -42,6 +42,8 @@ class TrainerCheckpointer {
   double save();
   // After every step: an asynchronous save is committed as soon as every rank has written it.
   void after_step();
+  // Local: blocks until this rank's part of an asynchronous save in flight is written.
+  void wait_written() const;
   // Waits for an asynchronous save in flight and commits it; rethrows a save's error (the same
   // IoError on every rank). Call before the run's final checkpoint and at its end.
   void finish();

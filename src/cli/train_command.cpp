@@ -17,6 +17,8 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/collective_async_saver.h"
+#include "ckpt/collective_save.h"
 #include "ckpt/trainer_checkpointer.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
@@ -122,6 +124,8 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   options.commit.keep_last = 2;
   // A rank of a replaced generation never commits into the new one's snapshots (fencing).
   options.commit.fence = [session] { session->check_current(); };
+  // A snapshot every rank wrote survives its world's loss: the next generation commits it.
+  options.commit.record_writes = true;
   std::optional<TrainerCheckpointer> snapshots;
   snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
   return snapshots;
@@ -129,8 +133,24 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
 
 // Loads the newest in-memory snapshot of the job, if there is one (a generation after a
 // failure); every rank reads its part. Returns whether it did.
-bool restore_snapshot(Trainer& trainer, const RankSession* session, bool lead) {
+bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator& world) {
   if (session == nullptr || !session->snapshots()) return false;
+  const bool lead = world.rank() == 0;
+  // The previous world may have lost a rank after every rank had written the snapshot of the
+  // step before but before they committed it together: committed now, so that the step lost is
+  // only the one in flight. The others wait for the outcome.
+  std::string error;
+  if (lead) {
+    error = capture_error([&] {
+      CommitOptions options{.keep_last = 2, .fence = [session] { session->check_current(); }};
+      if (const auto dir = commit_written_staging(*session->snapshots(), options)) {
+        fmt::print("committed the in-memory snapshot {} that every rank had written\n",
+                   dir->filename().string());
+      }
+    });
+  }
+  expect_all_succeeded(world, error, "completing the last written snapshot", *session->snapshots(),
+                       std::chrono::seconds(60));
   const std::optional<ResumeChoice> choice = resume_auto(*session->snapshots());
   if (!choice) return false;
   report_step(choice->step);
@@ -251,7 +271,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   }
 
   // Under an agent that restarted the job, the newest in-memory snapshot comes before --resume.
-  if (!restore_snapshot(trainer, session, lead)) {
+  if (!restore_snapshot(trainer, session, mesh.world())) {
     if (std::optional<std::filesystem::path> dir = resume_dir(args.resume, config)) {
       // Each rank reads its shard; a change of what the math depends on is refused.
       TrainingState state =
@@ -303,6 +323,9 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   std::optional<double> last_val;
   std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
   std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);
+  // The snapshot of step N is written by the time step N+1's backward starts: a fault from
+  // there on restores step N (at most the step in flight lost). Its forward overlaps the write.
+  if (snapshots) trainer.set_before_backward([&snapshots] { snapshots->wait_written(); });
   std::optional<std::filesystem::path> reported;
   double stall_seconds = 0.0;
   int64_t saves = 0;
@@ -340,6 +363,7 @@ void train_rank(const TrainArgs& args, const TrainConfig& loaded, DeviceMesh& me
   }
   report_phase(Phase::kFinishing);
   if (snapshots) snapshots->finish();
+  trainer.set_before_backward({});
   if (checkpoints) {
     checkpoints->finish();  // the last asynchronous save committed, or its error on every rank
     report_committed(*checkpoints, lead, reported);

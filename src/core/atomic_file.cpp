@@ -84,4 +84,10 @@ void AtomicFileWriter::commit() {
   }
 }
 
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
 }  // namespace lattice

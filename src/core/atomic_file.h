@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <span>
+#include <string_view>
 
 namespace lattice {
 
@@ -35,5 +36,8 @@ class AtomicFileWriter {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// `text` as the whole of `path`, through an AtomicFileWriter.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace lattice

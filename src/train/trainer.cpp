@@ -202,6 +202,7 @@ double Trainer::run_micro_batches(double global_tokens) {
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
     forward_scope.finish();
     loss_sum += r.loss_sum;
+    if (mb == 0 && before_backward_) before_backward_();
     report_phase(Phase::kBackward);
     TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
     // Gradients are synchronised as they become final, overlapping the rest of backward.
@@ -230,6 +231,7 @@ double Trainer::run_pipeline(double global_tokens) {
   }
   ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
   sync_->begin_step();
+  if (before_backward_) before_backward_();
   pipeline_stats_ = runtime_->run(pipeline_schedule_.per_rank[size_t(pp_rank_)], stage);
   sync_->finish();
   const ParameterRegistry& registry = model_->registry();

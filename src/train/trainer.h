@@ -9,6 +9,7 @@
 // (docs/data-parallel.md); the step then reads the same on every rank.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -88,6 +89,10 @@ class Trainer {
   // replaced a rank): the gradient synchronisation is rebuilt over it, the model and optimizer
   // state kept. Call between steps, on every rank of the new group.
   void rejoin_data_parallel(Communicator& dp);
+  // Called once per step just before its first backward (a pipeline stage: before its
+  // schedule): the elastic snapshot's write of the step before must be done by then, so that a
+  // fault later in the step loses that step only (docs/elastic.md). Empty: nothing.
+  void set_before_backward(std::function<void()> hook) { before_backward_ = std::move(hook); }
   Transformer& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
@@ -118,7 +123,8 @@ class Trainer {
   std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
   int pipeline_slots_ = 1;
   PipelineStepStats pipeline_stats_;
-  std::unique_ptr<GradientSync> sync_;  // over parallel_.dp, for the store's ZeRO stage
+  std::unique_ptr<GradientSync> sync_;
+  std::function<void()> before_backward_;  // over parallel_.dp, for the store's ZeRO stage
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;

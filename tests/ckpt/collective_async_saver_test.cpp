@@ -231,5 +231,49 @@ TEST(CollectiveAsyncSaver, AWorldOfOneCommitsAtPollOrWait) {
   EXPECT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{3, 2}));
 }
 
+// Elastic snapshots (CommitOptions::record_writes): a save both ranks finished writing but whose
+// world ended before the collective commit is committed by the next world's lead rank and
+// reads back; without one rank's record (it died mid-write) it is not, and the newest
+// committed step stays the one to restore.
+TEST(CollectiveAsyncSaver, ASaveEveryRankWroteIsCommittedAfterItsWorldEnded) {
+  for (bool torn : {false, true}) {
+    const fs::path root = testing::scratch_dir(torn ? "async_written_torn" : "async_written");
+    const CommitOptions options{.keep_last = 2, .record_writes = true};
+    run_ranks(2, [&](Communicator& world) {
+      Arena arena("test");
+      Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
+      CollectiveAsyncSaver saver(root, world, options);
+      for (int64_t step = 1; step <= 2; ++step) {
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
+        Manifest manifest;
+        manifest.step = step;
+        manifest.layout.dp = 2;
+        const int64_t half = 8 * world.rank();
+        saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
+                                               t.slice_rows(half, half + 8))});
+      }
+      // Step 1 committed by the second save; step 2 written, then the world ends uncommitted.
+      saver.wait_written();
+    });
+    ASSERT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{1}));
+    ASSERT_TRUE(fs::exists(root / "step_2.tmp" / "written_rank_00001.json"));
+    if (torn) fs::remove(root / "step_2.tmp" / "written_rank_00001.json");
+    const std::optional<fs::path> committed = commit_written_staging(root, options);
+    if (torn) {
+      EXPECT_FALSE(committed.has_value());
+      EXPECT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{1}));
+      continue;
+    }
+    ASSERT_EQ(committed, root / "step_2");
+    EXPECT_EQ(CheckpointRoot(root).latest_step(), 2);
+    EXPECT_FALSE(fs::exists(root / "step_2" / "written_rank_00000.json"));  // not the checkpoint's
+    Arena arena("read");
+    Tensor back = Tensor::empty(arena, {16, 8}, DType::kF32);
+    CheckpointReader(root / "step_2").read_global("t", back);
+    for (int64_t i = 0; i < back.numel(); ++i) ASSERT_EQ(back.data<float>()[i], float(2000 + i));
+    EXPECT_FALSE(commit_written_staging(root, options).has_value());  // nothing newer is staged
+  }
+}
+
 }  // namespace
 }  // namespace lattice
