@@ -63,9 +63,11 @@ ModelSpec parse_model_toml(const std::string& text, const std::string& origin) {
   auto integer = [&](const char* key, int64_t& field) {
     const toml::node* node = table->get(key);
     if (!node) return;
-    auto value = node->value<int64_t>();
-    if (!value) LATTICE_THROW(ConfigError, "{}: {} must be an integer", origin, key);
-    field = *value;
+    // Only an integer node: value<int64_t>() would also convert a float, undefined behaviour
+    // out of range (6e+82, found by model_file_fuzz).
+    const toml::value<int64_t>* value = node->as_integer();
+    if (value == nullptr) LATTICE_THROW(ConfigError, "{}: {} must be an integer", origin, key);
+    field = value->get();
   };
   auto boolean = [&](const char* key, bool& field) {
     const toml::node* node = table->get(key);
