@@ -41,7 +41,8 @@ Enum parse_choice(const std::string& value, const std::string& key, const std::s
 void finish(ModelSpec& m, const std::string& origin) {
   if (m.name.empty()) m.name = std::filesystem::path(origin).stem().string();
   if (m.n_kv_heads == 0) m.n_kv_heads = m.n_heads;
-  if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+  // validate() bounds d_model; the default is derived only from a value it will accept.
+  if (m.d_ff == 0 && m.d_model <= (int64_t(1) << 20)) m.d_ff = 4 * m.d_model;
   if (m.padded_vocab_size == 0) m.padded_vocab_size = m.vocab_size;
   validate(m);
 }

@@ -13,6 +13,24 @@ void validate(const ModelSpec& spec) {
                     spec.name, field, value, field);
     }
   };
+  // Ceilings far above any trained model that keep the planner's products (parameters, FLOPs,
+  // bytes) inside int64; a larger value is a typo or a hostile file, not a model.
+  auto at_most = [&](int64_t value, int64_t limit, std::string_view field) {
+    if (value > limit) {
+      LATTICE_THROW(ConfigError,
+                    "model '{}': {} = {} is larger than any model the planner can price (at "
+                    "most {}) ---> HINT: check {} in the model config",
+                    spec.name, field, value, limit, field);
+    }
+  };
+  at_most(spec.n_layers, int64_t(1) << 16, "n_layers");
+  at_most(spec.n_heads, int64_t(1) << 16, "n_heads");
+  at_most(spec.n_kv_heads, int64_t(1) << 16, "n_kv_heads");
+  at_most(spec.d_model, int64_t(1) << 20, "d_model");
+  at_most(spec.d_ff, int64_t(1) << 22, "d_ff");
+  at_most(spec.vocab_size, int64_t(1) << 31, "vocab_size");
+  at_most(spec.padded_vocab_size, int64_t(1) << 31, "padded_vocab_size");
+  at_most(spec.max_seq_len, int64_t(1) << 31, "max_seq_len");
   positive(spec.n_layers, "n_layers");
   positive(spec.n_heads, "n_heads");
   positive(spec.n_kv_heads, "n_kv_heads");

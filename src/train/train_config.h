@@ -23,7 +23,7 @@ struct ParallelConfig {
   int dp = 1;                      // data-parallel ranks
   int tp = 1;                      // tensor-parallel ranks (tp fastest in the mesh)
   bool sequence_parallel = false;  // key "sp": split the residual stream's rows over tp
-  int zero = 0;                    // 0: replicated; 1: AdamW moments sharded over dp
+  int zero = 0;                    // ZeRO stage 0-3 (what each shards: parallel/zero_shards.h)
   double bucket_mb = 1.0;          // gradient bucket size (dp > 1)
   // "threads" (in-process ranks) | "mpi" (under mpirun) | "gloo" (under lattice launch)
   std::string transport = "threads";

@@ -88,6 +88,22 @@ TEST(ModelFile, TomlFromScratchFillsDefaults) {
   EXPECT_EQ(m.mlp, MlpKind::kSwiglu);
 }
 
+// Found by model_file_fuzz: a float where an integer belongs, and a width whose derived d_ff
+// (4 · d_model) overflowed, were undefined behaviour; both are named config errors.
+TEST(ModelFile, AFloatOrAHugeDimensionIsAConfigError) {
+  const std::string base = "n_layers = 2\nn_heads = 4\nvocab_size = 256\nseq_len = 64\n";
+  EXPECT_THROW(parse_model_toml(base + "d_model = 64.0\n", "float.toml"), ConfigError);
+  try {
+    parse_model_toml(base + "d_model = 7685555555555555555\n", "huge.toml");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("d_model = 7685555555555555555 is larger than any "
+                                         "model the planner can price (at most 1048576)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ModelFile, BadValuesNameTheKey) {
   try {
     parse_model_toml(
