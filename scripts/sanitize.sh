@@ -44,7 +44,7 @@ esac
 # - ASan: errors always abort (exit 1); a leak makes the process exit 23 (detect_leaks on);
 # - UBSan: the build has -fno-sanitize-recover=undefined, halt_on_error covers the rest.
 # The suppression files are appended to these by CTest (string_append).
-export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 history_size=7 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 halt_on_error=1 ${ASAN_OPTIONS:-}"
 export LSAN_OPTIONS="exitcode=23 print_suppressions=0 ${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}"
