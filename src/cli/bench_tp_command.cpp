@@ -5,9 +5,9 @@
 //
 // For each layout (tp = 1 once; every other tp without and/or with sequence parallelism) it runs
 // tp in-process ranks (threads transport), each on its own thread budget (1 by default), and
-// times training steps on random tokens: zero grads, forward, backward, reduce_partial_grads,
-// the global grad norm and clip, AdamW: the Trainer's step with one micro-batch and no data
-// files. Per step, a rank's time in tensor-parallel collectives is read from its model's
+// times the Trainer's training steps (one micro-batch) on the random tokens of `lattice bench
+// train` (train/train_benchmark.h), so that the tp = 1 losses of both start from the same
+// batch. Per step, a rank's time in tensor-parallel collectives is read from its model's
 // TensorParallel::stats(); the table gives medians over the timed steps of the step time and of
 // the communication fraction, both max over ranks (the step ends with its slowest rank), the
 // collectives and bytes of one step, and the speed-up over tp = 1 measured in the same run.
@@ -30,17 +30,12 @@
 #include "core/error.h"
 #include "core/statistics.h"
 #include "core/thread_budget.h"
-#include "core/timer.h"
-#include "model/transformer.h"
-#include "train/grad_norm.h"
-#include "train/optimizer.h"
 #include "train/train_benchmark.h"
+#include "train/trainer.h"
 
 namespace lattice::cli {
 namespace {
 
-// The Philox key of `lattice bench train`'s tokens (train_benchmark.cpp), so that the tp = 1
-// losses of both benchmarks start from the same batch.
 struct BenchTpArgs {
   std::string preset = "gpt2-124m";
   int64_t batch = 4;
@@ -102,45 +97,37 @@ std::vector<Layout> layouts(const BenchTpArgs& args) {
 
 RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, bool sp,
                    Communicator& comm) {
-  set_thread_budget(args.threads);
+  TrainBenchmarkConfig bench{.model = model_config,
+                             .batch = args.batch,
+                             .seq = args.seq,
+                             .warmup_steps = args.warmup,
+                             .steps = args.steps,
+                             .precision = parse_precision(args.precision),
+                             .threads = args.threads,
+                             .seed = args.seed,
+                             .lr = args.lr};
   Arena arena(fmt::format("bench-tp-rank{}", comm.rank()));
-  Transformer model(model_config, arena, parse_precision(args.precision),
-                    TensorParallel(&comm, sp));
-  model.initialize(args.seed);
-  AdamW optimizer(model.parameters(), arena, AdamWHyper{.weight_decay = 0.1f});  // as TrainConfig
-  Tensor tokens = Tensor::empty(arena, Shape({args.batch, args.seq}), DType::kI32);
-  Tensor targets = Tensor::empty(arena, Shape({args.batch, args.seq}), DType::kI32);
-  fill_random_tokens(tokens, targets, model_config.vocab_size, args.seed);
-  TensorParallel& tp = model.tensor_parallel();
-  LocalGradients replicas(model.parameters());  // no dp group: one replica
-  const double tokens_per_step = double(args.batch * args.seq);
+  Trainer trainer(
+      benchmark_train_config(bench), arena,
+      {.threads = args.threads, .tp = &comm, .sequence_parallel = sp},
+      {.train = random_token_file(args.batch, args.seq, model_config.vocab_size, args.seed),
+       .val = {}});
+  TensorParallel& tp = trainer.model().tensor_parallel();
 
   RankSteps out;
   for (int step = 0; step < args.warmup + args.steps; ++step) {
     comm.barrier();  // untimed: every rank starts the step together
     tp.reset_stats();
-    Stopwatch watch;
     const double cpu_start = thread_cpu_seconds();
-    // ---- training section (Trainer::train_step with one micro-batch) ----
-    ParameterStore& params = model.parameters();
-    params.zero_grads();
-    const ForwardResult r = model.forward(tokens, targets);
-    model.backward(float(1.0 / tokens_per_step));
-    model.reduce_partial_grads();
-    const double grad_norm = global_grad_norm(params, replicas, &comm, nullptr);
-    grad_norm_clip(params.grads(), grad_norm, 1.0f);
-    optimizer.step(args.lr);
-    // ---- end of training section ----
-    const double seconds = watch.seconds();
+    const StepMetrics m = trainer.train_step();
     const double cpu_seconds = thread_cpu_seconds() - cpu_start;
-    const double loss = r.loss_sum / tokens_per_step;
-    if (!std::isfinite(loss)) {
+    if (!std::isfinite(m.loss)) {
       LATTICE_THROW(ValueError, "bench tp: step {} of tp {} rank {} has loss {}", step, comm.size(),
-                    comm.rank(), loss);
+                    comm.rank(), m.loss);
     }
-    out.losses.push_back(loss);
+    out.losses.push_back(m.loss);
     if (step < args.warmup) continue;
-    out.step_s.push_back(seconds);
+    out.step_s.push_back(m.ms / 1e3);
     out.cpu_s.push_back(cpu_seconds);
     out.comm_s.push_back(tp.stats().seconds);
     out.calls.push_back(tp.stats().calls);

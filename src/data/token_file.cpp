@@ -49,16 +49,22 @@ void write_token_file(const std::filesystem::path& path, std::span<const int32_t
   out.commit();
 }
 
-TokenFile::TokenFile(std::filesystem::path path) : file_(std::move(path)) {
-  const std::string name = file_.path().string();
-  const size_t bytes = file_.size();
+TokenFile::TokenFile(std::vector<uint16_t> tokens, std::filesystem::path name)
+    : path_(std::move(name)),
+      owned_(std::move(tokens)),
+      tokens_(owned_.data()),
+      count_(int64_t(owned_.size())) {}
+
+TokenFile::TokenFile(std::filesystem::path path) : path_(path), file_(std::in_place, path) {
+  const std::string name = path_.string();
+  const size_t bytes = file_->size();
   if (bytes < kTokenFileHeaderBytes) {
     LATTICE_THROW(IoError,
                   "token file '{}' is truncated: {} bytes, shorter than its {}-byte header", name,
                   bytes, kTokenFileHeaderBytes);
   }
   std::array<int32_t, kTokenFileHeaderInts> header{};
-  std::memcpy(header.data(), file_.bytes().data(), kTokenFileHeaderBytes);
+  std::memcpy(header.data(), file_->bytes().data(), kTokenFileHeaderBytes);
   if (header[0] != kTokenFileMagic) {
     LATTICE_THROW(IoError,
                   "'{}' is not a token file: magic number {}, expected {} (llm.c's layout) "
@@ -90,7 +96,7 @@ TokenFile::TokenFile(std::filesystem::path path) : file_(std::move(path)) {
                   name, body - expected, count);
   }
   // The mapping is page-aligned and the header is 1024 bytes, so the tokens are aligned.
-  tokens_ = reinterpret_cast<const uint16_t*>(file_.bytes().data() + kTokenFileHeaderBytes);
+  tokens_ = reinterpret_cast<const uint16_t*>(file_->bytes().data() + kTokenFileHeaderBytes);
   count_ = count;
 }
 

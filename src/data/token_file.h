@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "core/mapped_file.h"
 
@@ -31,15 +33,19 @@ void write_token_file(const std::filesystem::path& path, std::span<const int32_t
 class TokenFile {
  public:
   explicit TokenFile(std::filesystem::path path);
+  // Tokens held in memory (benchmarks, probes): `name` stands for the path in messages.
+  TokenFile(std::vector<uint16_t> tokens, std::filesystem::path name);
 
-  const std::filesystem::path& path() const { return file_.path(); }
+  const std::filesystem::path& path() const { return path_; }
   int64_t size() const { return count_; }  // tokens
   std::span<const uint16_t> tokens() const { return {tokens_, size_t(count_)}; }
   // The position of the first token id >= `limit` (a vocabulary it does not fit), or -1.
   int64_t find_token_at_least(int64_t limit) const;
 
  private:
-  MappedFile file_;
+  std::filesystem::path path_;
+  std::optional<MappedFile> file_;  // a file's tokens, or
+  std::vector<uint16_t> owned_;     // tokens in memory
   const uint16_t* tokens_ = nullptr;
   int64_t count_ = 0;
 };

@@ -12,9 +12,7 @@
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
-#include "model/transformer.h"
-#include "train/grad_norm.h"
-#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace lattice {
 
@@ -58,15 +56,16 @@ double TrainBenchmarkResult::tokens_per_s(int64_t tokens_per_step) const {
   return double(tokens_per_step) / (median_ms() / 1e3);
 }
 
-void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed) {
+std::shared_ptr<const TokenFile> random_token_file(int64_t batch, int64_t seq, int64_t vocab,
+                                                   uint64_t seed) {
+  LATTICE_CHECK(vocab > 0 && vocab <= kTokenFileMaxVocab);
+  std::vector<uint16_t> tokens(size_t(batch * seq + 1));
   PhiloxStream stream(seed, kTokenKey);
-  for (Tensor* t : {&tokens, &targets}) {
-    int32_t* data = t->data<int32_t>();
-    for (int64_t i = 0; i < t->numel(); ++i) data[i] = int32_t(stream.next_below(uint64_t(vocab)));
-  }
+  for (uint16_t& t : tokens) t = uint16_t(stream.next_below(uint64_t(vocab)));
+  return std::make_shared<const TokenFile>(std::move(tokens), "<random tokens>");
 }
 
-TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
+TrainConfig benchmark_train_config(const TrainBenchmarkConfig& config) {
   if (config.seq <= 0 || config.seq > config.model.seq_len) {
     LATTICE_THROW(ValueError,
                   "bench train: seq {} is outside 1..{} (the model's context) ---> HINT: pass "
@@ -79,34 +78,33 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
                   "(warm-up may be 0)",
                   config.batch, config.steps, config.warmup_steps, config.threads);
   }
-  set_thread_budget(config.threads);
-  Arena arena("bench-train");
-  Transformer model(config.model, arena, config.precision);
-  model.initialize(config.seed);
-  AdamW optimizer(model.parameters(), arena, AdamWHyper{.weight_decay = 0.1f});  // as TrainConfig
-  Tensor tokens = Tensor::empty(arena, Shape({config.batch, config.seq}), DType::kI32);
-  Tensor targets = Tensor::empty(arena, Shape({config.batch, config.seq}), DType::kI32);
-  fill_random_tokens(tokens, targets, config.model.vocab_size, config.seed);
+  TrainConfig train;
+  train.model = config.model;
+  train.micro_batch = config.batch;
+  train.micro_batches = 1;
+  train.seq_len = config.seq;
+  train.lr = train.min_lr = config.lr;  // constant
+  train.steps = config.warmup_steps + config.steps;
+  train.compute_dtype = config.precision;
+  train.seed = config.seed;
+  train.threads = config.threads;
+  return train;
+}
 
+TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
+  const TrainConfig train = benchmark_train_config(config);
+  Arena arena("bench-train");
+  Trainer trainer(
+      train, arena, {},
+      {.train = random_token_file(config.batch, config.seq, config.model.vocab_size, config.seed),
+       .val = {}});
   TrainBenchmarkResult result;
-  result.parameters = model.registry().total_elements();
-  result.flops_per_token = model_flops_per_token(result.parameters, config.model.n_layer,
-                                                 config.model.d_model, config.seq);
-  const double tokens_per_step = double(config.batch * config.seq);
+  result.parameters = trainer.model().registry().total_elements();
+  result.flops_per_token = trainer.flops_per_token();
   for (int step = 0; step < config.warmup_steps + config.steps; ++step) {
-    Stopwatch watch;
-    // ---- training section (Trainer::train_step with one micro-batch) ----
-    ParameterStore& params = model.parameters();
-    params.zero_grads();
-    const ForwardResult r = model.forward(tokens, targets);
-    model.backward(float(1.0 / tokens_per_step));
-    const double grad_norm = std::sqrt(grad_sum_squares(params.grads()));
-    grad_norm_clip(params.grads(), grad_norm, 1.0f);
-    optimizer.step(config.lr);
-    // ---- end of training section ----
-    const double ms = watch.milliseconds();
-    result.losses.push_back(r.loss_sum / tokens_per_step);
-    if (step >= config.warmup_steps) result.step_ms.push_back(ms);
+    const StepMetrics m = trainer.train_step();
+    result.losses.push_back(m.loss);
+    if (step >= config.warmup_steps) result.step_ms.push_back(m.ms);
   }
   return result;
 }

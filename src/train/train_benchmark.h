@@ -2,8 +2,8 @@
 // training steps (forward + backward + grad-norm clip + AdamW) of a model on random tokens, and
 // the throughput of one lattice::matmul shape, both on a given thread budget.
 //
-// The step is the Trainer's step without the data files: tokens and targets are Philox draws
-// over the vocabulary, the loss is normalised by the batch's token count, one micro-batch.
+// The step is the Trainer's own (train_step, one micro-batch) on tokens in memory: Philox draws
+// over the vocabulary, one batch of windows repeated every step.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,9 @@
 
 #include "core/dtype.h"
 #include "core/model_flops.h"
-#include "core/tensor.h"
+#include "data/token_file.h"
 #include "model/config.h"
+#include "train/train_config.h"
 
 namespace lattice {
 
@@ -37,9 +38,15 @@ struct TrainBenchmarkResult {
   double tokens_per_s(int64_t tokens_per_step) const;
 };
 
-// tokens, targets: i32 (B, T), uniform over the vocabulary, a function of the seed (the same on
-// every rank).
-void fill_random_tokens(Tensor& tokens, Tensor& targets, int64_t vocab, uint64_t seed);
+// `batch` windows of `seq` tokens (batch · seq + 1 tokens), uniform over the vocabulary, a
+// function of the seed (the same on every rank): one global batch of a sequential loader.
+std::shared_ptr<const TokenFile> random_token_file(int64_t batch, int64_t seq, int64_t vocab,
+                                                   uint64_t seed);
+
+// The Trainer's config of a benchmark: one micro-batch of `batch` sequences of `seq` tokens, a
+// constant learning rate, the precision and thread budget given, no data files, no checkpoints.
+// ValueError when seq lies outside the model's context or a count is not positive.
+TrainConfig benchmark_train_config(const TrainBenchmarkConfig& config);
 
 TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config);
 

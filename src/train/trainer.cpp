@@ -16,20 +16,20 @@ namespace lattice {
 
 namespace {
 
-std::unique_ptr<TokenLoader> open_loader(const std::filesystem::path& path,
-                                         const TrainConfig& config, int64_t batch) {
-  auto file = std::make_shared<const TokenFile>(path);
+std::unique_ptr<TokenLoader> make_loader(std::shared_ptr<const TokenFile> file,
+                                         const TrainConfig& config, SamplingMode mode,
+                                         int64_t batch) {
   // Caught here, once, rather than as an out-of-range row of the embedding mid-step.
   if (const int64_t at = file->find_token_at_least(config.model.vocab_size); at >= 0) {
     LATTICE_THROW(ConfigError,
                   "{}: token {} is id {}, outside the model's vocabulary of {} (model.vocab_size) "
                   "---> HINT: prepare the data with the tokenizer the model was configured for "
                   "(data.tokenizer = '{}'), or raise model.vocab_size",
-                  path.string(), at, file->tokens()[size_t(at)], config.model.vocab_size,
+                  file->path().string(), at, file->tokens()[size_t(at)], config.model.vocab_size,
                   config.tokenizer);
   }
   TokenLoaderConfig lc;
-  lc.mode = parse_sampling_mode(config.data_mode);
+  lc.mode = mode;
   lc.seed = config.seed;
   lc.batch_size = batch;
   lc.seq_len = config.seq_len;
@@ -38,8 +38,42 @@ std::unique_ptr<TokenLoader> open_loader(const std::filesystem::path& path,
 
 }  // namespace
 
+TrainingData open_training_data(const TrainConfig& config) {
+  const std::filesystem::path dir = config.data_dir;
+  if (!std::filesystem::exists(dir / "train.bin")) {
+    LATTICE_THROW(ConfigError,
+                  "no training data: '{}' does not exist ---> HINT: run `lattice data prepare "
+                  "--input ../shared/data/tinyshakespeare.txt --out {}` or set data.dir",
+                  (dir / "train.bin").string(), dir.string());
+  }
+  TrainingData data{.train = std::make_shared<const TokenFile>(dir / "train.bin"), .val = {}};
+  if (std::filesystem::exists(dir / "val.bin")) {
+    data.val = std::make_shared<const TokenFile>(dir / "val.bin");
+  }
+  return data;
+}
+
+ParallelSetup parallel_setup(const ParallelConfig& layout, DeviceMesh& mesh) {
+  return {.dp = &mesh.dp(),
+          .zero = layout.zero,
+          .bucket_bytes = int64_t(layout.bucket_mb * double(1 << 20)),
+          .check_replicas = layout.check_replicas,
+          .tp = &mesh.tp(),
+          .sequence_parallel = layout.sequence_parallel,
+          .pp = &mesh.pp(),
+          .embedding = mesh.embedding(),
+          .schedule = parse_schedule_kind(layout.schedule),
+          .virtual_stages = layout.virtual_stages,
+          .layers_per_chunk = layout.layers_per_chunk,
+          .recompute = parse_recompute(layout.recompute)};
+}
+
 Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
+    : Trainer(config, arena, parallel, open_training_data(config)) {}
+
+Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, TrainingData data)
     : config_(std::move(config)), arena_(arena), parallel_(parallel) {
+  LATTICE_CHECK(data.train != nullptr, "Trainer without training tokens");
   if (parallel_.dp != nullptr) {
     dp_size_ = parallel_.dp->size();
     dp_rank_ = parallel_.dp->rank();
@@ -104,18 +138,11 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
                                             : std::max(1, available_cores() / ranks);
   set_thread_budget(threads);
 
-  const std::filesystem::path dir = config_.data_dir;
-  if (!std::filesystem::exists(dir / "train.bin")) {
-    LATTICE_THROW(ConfigError,
-                  "no training data: '{}' does not exist ---> HINT: run `lattice data prepare "
-                  "--input ../shared/data/tinyshakespeare.txt --out {}` or set data.dir",
-                  (dir / "train.bin").string(), dir.string());
-  }
-  train_loader_ = open_loader(dir / "train.bin", config_, config_.global_batch);
-  if (std::filesystem::exists(dir / "val.bin")) {
-    TrainConfig val = config_;
-    val.data_mode = "sequential";
-    val_loader_ = open_loader(dir / "val.bin", val, config_.micro_batch);
+  train_loader_ = make_loader(std::move(data.train), config_,
+                              parse_sampling_mode(config_.data_mode), config_.global_batch);
+  if (data.val) {
+    val_loader_ =
+        make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);
   }
 
   const ZeroSharding zero{parallel_.zero, dp_size_, dp_rank_};

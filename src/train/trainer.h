@@ -18,6 +18,7 @@
 #include "data/token_loader.h"
 #include "data_parallel/gradient_sync.h"
 #include "model/transformer.h"
+#include "parallel/device_mesh.h"
 #include "parallel/pipeline_runtime.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -60,13 +61,29 @@ struct ParallelSetup {
   Recompute recompute = Recompute::kNone;  // activation recompute (model/transformer.h)
 };
 
+// The token files a Trainer reads: the training file, and the validation file or none.
+struct TrainingData {
+  std::shared_ptr<const TokenFile> train;
+  std::shared_ptr<const TokenFile> val;
+};
+
+// data_dir/train.bin and data_dir/val.bin (val optional) of `config`. ConfigError naming the
+// missing file and the command that makes it; IoError for a file that is not a token file.
+TrainingData open_training_data(const TrainConfig& config);
+
+// The setup of a rank of `mesh` for the config's [parallel] layout: its groups, ZeRO stage,
+// buckets, schedule and recompute.
+ParallelSetup parallel_setup(const ParallelConfig& layout, DeviceMesh& mesh);
+
 class Trainer {
  public:
-  // Opens data_dir/train.bin and data_dir/val.bin (val optional), builds and initialises the
-  // model from config.seed. Throws ConfigError/IoError naming what is missing and the fix.
+  // Reads open_training_data(config), builds and initialises the model from config.seed.
   // With a dp group, every rank of it constructs a Trainer with the same config; the batch is
   // resolved for dp ranks (global_batch = micro_batch × micro_batches × dp).
   Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel = {});
+  // The same on tokens of the caller's (benchmarks and probes: tokens in memory). ConfigError
+  // when a token lies outside the model's vocabulary.
+  Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, TrainingData data);
 
   StepMetrics train_step();
   // Mean token loss over eval_batches batches of the validation file (sequential from its

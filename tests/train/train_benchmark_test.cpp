@@ -65,6 +65,27 @@ TEST(TrainBenchmark, TinyModelRunsEveryStepAndLearns) {
   }
 }
 
+// `lattice bench train` times the Trainer's own step: the same losses, bit for bit, as a Trainer
+// built on the benchmark's config and tokens (in memory, no data files).
+TEST(TrainBenchmark, TimesTheTrainersOwnStep) {
+  TrainBenchmarkConfig bench;
+  bench.model = model_preset("gpt2-tiny");
+  bench.batch = 2;
+  bench.seq = 16;
+  bench.warmup_steps = 1;
+  bench.steps = 2;
+  bench.lr = 1e-2f;
+  const TrainBenchmarkResult r = run_train_benchmark(bench);
+  Arena arena("trainer");
+  Trainer trainer(
+      benchmark_train_config(bench), arena, {},
+      {.train = random_token_file(bench.batch, bench.seq, bench.model.vocab_size, bench.seed),
+       .val = {}});
+  ASSERT_EQ(r.losses.size(), 3u);
+  for (double loss : r.losses) EXPECT_EQ(trainer.train_step().loss, loss);
+  EXPECT_FALSE(trainer.has_validation());
+}
+
 TEST(TrainBenchmark, MedianOfEvenAndOddCounts) {
   TrainBenchmarkResult r;
   r.step_ms = {5, 1, 3};
