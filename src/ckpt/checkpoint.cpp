@@ -241,7 +241,7 @@ nlohmann::json resume_keys(const Trainer& trainer) {
   return {{"batch.global_batch", c.global_batch},
           {"batch.seq_len", c.seq_len},
           {"data.dir", trainer.train_tokens()},  // the training file, by its token count
-          {"data.mode", c.data_mode},
+          {"data.mode", sampling_mode_name(c.data_mode)},
           {"data.tokenizer", c.tokenizer},
           {"train.seed", c.seed},
           {"train.precision", c.compute_dtype == DType::kBF16 ? "bf16" : "fp32"},
@@ -393,7 +393,7 @@ TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer,
              options.allow_changes.end();
     };
     if (allowed("data.mode") || allowed("train.seed")) {
-      position.mode = parse_sampling_mode(trainer.config().data_mode);
+      position.mode = trainer.config().data_mode;
       position.seed = trainer.config().seed;
     }
     trainer.restore_data_position(position);

@@ -59,7 +59,7 @@ AgentOptions launch_options(int nproc, std::vector<std::string> command) {
     if (command[i].starts_with("--set=")) overrides.push_back(command[i].substr(6));
   }
   TrainConfig config = load_train_config(command[1], overrides);
-  config.parallel.transport = "gloo";
+  config.parallel.transport = TransportKind::kGloo;
   config.check_timeout_ladder();
   AgentOptions options;
   options.nproc = nproc;

@@ -35,26 +35,29 @@ struct TrainArgs {
   // The layout flags: they override the config's [parallel] keys only when given
   // (apply_layout_flags), so their defaults here are never used.
   ParallelConfig layout;
+  // The layout flags that name a choice, parsed by apply_layout_flags.
+  std::string transport, schedule, recompute;
   bool ckpt_async = false;     // --ckpt-async (output.checkpoint_async)
   bool oversubscribe = false;  // more in-process ranks than cores: one thread each
 };
 
 // The config's [parallel] section with every layout flag given on the command line applied
 // over it (CLI11's count() is 0 for a flag left out, whatever its default).
-void apply_layout_flags(const CLI::App& cmd, const ParallelConfig& flags, ParallelConfig& layout) {
+void apply_layout_flags(const CLI::App& cmd, const TrainArgs& args, ParallelConfig& layout) {
+  const ParallelConfig& flags = args.layout;
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
   if (given("--dp")) layout.dp = flags.dp;
   if (given("--tp")) layout.tp = flags.tp;
   if (given("--sp")) layout.sequence_parallel = flags.sequence_parallel;
   if (given("--zero")) layout.zero = flags.zero;
   if (given("--bucket-mb")) layout.bucket_mb = flags.bucket_mb;
-  if (given("--transport")) layout.transport = flags.transport;
+  if (given("--transport")) layout.transport = parse_transport(args.transport);
   if (given("--check-replicas")) layout.check_replicas = flags.check_replicas;
   if (given("--deterministic")) layout.deterministic = flags.deterministic;
   if (given("--pp")) layout.pp = flags.pp;
-  if (given("--schedule")) layout.schedule = flags.schedule;
+  if (given("--schedule")) layout.schedule = parse_schedule_kind(args.schedule);
   if (given("--virtual-stages")) layout.virtual_stages = flags.virtual_stages;
-  if (given("--recompute")) layout.recompute = flags.recompute;
+  if (given("--recompute")) layout.recompute = parse_recompute(args.recompute);
   if (given("--layers-per-chunk")) layout.layers_per_chunk = flags.layers_per_chunk;
 }
 
@@ -82,9 +85,9 @@ MeshShape mesh_shape(const ParallelConfig& layout) {
 
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
-  apply_layout_flags(cmd, args.layout, config.parallel);
+  apply_layout_flags(cmd, args, config.parallel);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
-  const TransportKind transport = parse_transport(config.parallel.transport);
+  const TransportKind transport = config.parallel.transport;
   const ParallelConfig& layout = config.parallel;
   const MeshShape shape = mesh_shape(layout);
   // Everything that can be checked before a rank starts is checked here, once.
@@ -181,7 +184,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--sp", layout.sequence_parallel,
                 "Sequence parallelism: split the residual stream's token rows over the tp group "
                 "(parallel.sp; --sp=false turns it off)");
-  cmd->add_option("--transport", layout.transport,
+  cmd->add_option("--transport", args->transport,
                   "threads (in-process ranks) or mpi (one rank per process, under mpirun) "
                   "(parallel.transport)");
   cmd->add_option(
@@ -206,7 +209,7 @@ void register_train_command(CLI::App& app) {
                 "Periodic checkpoints: snapshot in memory, write on a background thread while "
                 "training continues (output.checkpoint_async)");
   cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(positive_number());
-  cmd->add_option("--schedule", layout.schedule,
+  cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 (parallel.schedule)");
   cmd->add_option("--virtual-stages", layout.virtual_stages,
                   "Model chunks per pipeline stage, for interleaved-1f1b (parallel.virtual_stages)")
@@ -215,7 +218,7 @@ void register_train_command(CLI::App& app) {
                   "Pipeline chunks' layer counts in model order, e.g. 3,5 (default: balanced by "
                   "the cost model; parallel.layers_per_chunk)")
       ->delimiter(',');
-  cmd->add_option("--recompute", layout.recompute,
+  cmd->add_option("--recompute", args->recompute,
                   "Activation recompute: none, selective, full (parallel.recompute)");
   cmd->add_option("--trace", args->run.trace,
                   "Write one Chrome/Perfetto trace per rank into this directory");

@@ -62,8 +62,8 @@ std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const 
 }
 
 // The in-memory snapshots of a rank under `lattice launch`: every elastic.snapshot_every steps
-// (0: none) into the agent's shared memory, the newest two kept (docs/elastic.md). Asynchronous: the copy
-// is taken at the step boundary and written while the next step trains.
+// (0: none) into the agent's shared memory, the newest two kept (docs/elastic.md). Asynchronous:
+// the copy is taken at the step boundary and written while the next step trains.
 std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const RankSession* session,
                                                     DeviceMesh& mesh) {
   if (session == nullptr || !session->snapshots() || trainer.config().elastic.snapshot_every == 0) {
@@ -275,16 +275,19 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
         config.model.name, trainer.model().registry().global_elements(),
         config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
         config.global_batch, config.micro_batch, config.micro_batches, layout.dp, config.seq_len,
-        config.tokens_per_step(), config.steps, mesh.shape().to_string(), layout.transport, world,
-        threads,
+        config.tokens_per_step(), config.steps, mesh.shape().to_string(),
+        transport_name(layout.transport), world, threads,
         layout.dp > 1 ? fmt::format(", zero {}, buckets of {} MB", layout.zero, layout.bucket_mb)
                       : "",
         layout.tp > 1 ? fmt::format(", tensor parallel{}",
                                     layout.sequence_parallel ? " + sequence parallel" : "")
                       : "",
-        layout.pp > 1 ? fmt::format(", pipeline {} (v={})", layout.schedule, layout.virtual_stages)
+        layout.pp > 1 ? fmt::format(", pipeline {} (v={})", schedule_kind_name(layout.schedule),
+                                    layout.virtual_stages)
                       : "",
-        layout.recompute != "none" ? fmt::format(", recompute {}", layout.recompute) : "",
+        layout.recompute != Recompute::kNone
+            ? fmt::format(", recompute {}", recompute_name(layout.recompute))
+            : "",
         peak / 1e9);
   }
 

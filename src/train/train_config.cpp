@@ -9,8 +9,10 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "model/transformer.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -90,334 +92,213 @@ int get_rank_count(const toml::node& node, const std::string& key) {
   return int(v);
 }
 
+// The readers of values that name a choice: each parses once, into the config's enum, with an
+// error naming the key and the choices.
+SamplingMode get_sampling_mode(const toml::node& node, const std::string& key) {
+  const std::string name = get_string(node, key);
+  if (name != "sequential" && name != "shuffled") {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = \"{}\" ---> HINT: use \"sequential\" or \"shuffled\"", key,
+                  name);
+  }
+  return parse_sampling_mode(name);
+}
+
+std::string get_tokenizer(const toml::node& node, const std::string& key) {
+  std::string name = get_string(node, key);
+  make_tokenizer(name);  // ConfigError listing the tokenizers
+  return name;
+}
+
+DType get_precision(const toml::node& node, const std::string& key) {
+  const std::string name = get_string(node, key);
+  if (name == "fp32" || name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  LATTICE_THROW(ConfigError, "config key '{}' = \"{}\" ---> HINT: use \"fp32\" or \"bf16\"", key,
+                name);
+}
+
+TransportKind get_transport(const toml::node& node, const std::string& key) {
+  const std::string name = get_string(node, key);
+  if (name != "threads" && name != "mpi" && name != "gloo") {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = \"{}\" ---> HINT: use \"threads\" (in-process ranks), "
+                  "\"mpi\" (one rank per process, under mpirun) or \"gloo\" (one rank per "
+                  "process, under lattice launch)",
+                  key, name);
+  }
+  return parse_transport(name);
+}
+
+ScheduleKind get_schedule(const toml::node& node, const std::string& key) {
+  return parse_schedule_kind(get_string(node, key));  // ConfigError listing the schedules
+}
+
+Recompute get_recompute(const toml::node& node, const std::string& key) {
+  return parse_recompute(get_string(node, key));  // ConfigError listing the choices
+}
+
+ModelConfig get_preset(const toml::node& node, const std::string& key) {
+  return model_preset(get_string(node, key));
+}
+ModelFamily get_family(const toml::node& node, const std::string& key) {
+  return parse_family(get_string(node, key));
+}
+NormKind get_norm(const toml::node& node, const std::string& key) {
+  return parse_norm(get_string(node, key));
+}
+PositionKind get_position(const toml::node& node, const std::string& key) {
+  return parse_position(get_string(node, key));
+}
+MlpKind get_mlp(const toml::node& node, const std::string& key) {
+  return parse_mlp(get_string(node, key));
+}
+
+int get_zero_stage(const toml::node& node, const std::string& key) {
+  const int64_t stage = get_int(node, key);
+  if (stage < 0 || stage > 3) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} is not a ZeRO stage ---> HINT: use 0 (replicated), 1 "
+                  "(optimizer state sharded over dp), 2 (and gradients) or 3 (and parameters)",
+                  key, stage);
+  }
+  return int(stage);
+}
+
+double get_bucket_mb(const toml::node& node, const std::string& key) {
+  const double mb = get_float(node, key);
+  // 2^20 MB is a bucket of 2^40 bytes, far beyond any model here; the bound keeps mb · 2^20 an
+  // exact int64.
+  if (!(mb > 0.0 && mb <= double(1 << 20))) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be a positive size in MB ---> HINT: use e.g. 1 (the "
+                  "default) or 0.25",
+                  key, mb);
+  }
+  return mb;
+}
+
+std::vector<int> get_layer_counts(const toml::node& node, const std::string& key) {
+  const toml::array* counts = node.as_array();
+  if (counts == nullptr || counts->empty()) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be a list of layer counts, one per pipeline chunk "
+                  "---> HINT: e.g. [1, 3] for 2 stages over 4 layers; leave it out to balance by "
+                  "the cost model",
+                  key, describe(node));
+  }
+  std::vector<int> out;
+  for (const toml::node& count : *counts) out.push_back(int(get_positive(count, key)));
+  return out;
+}
+
+double get_straggler_factor(const toml::node& node, const std::string& key) {
+  const double f = get_float(node, key);
+  if (!(f == 0.0 || (f > 1.0 && f <= 1000.0))) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be 0 (off) or a factor above 1 ---> HINT: e.g. 3: a "
+                  "rank 3x slower than the others",
+                  key, f);
+  }
+  return f;
+}
+
+double get_any_seconds(const toml::node& node, const std::string& key) {
+  return get_seconds(node, key, /*zero_allowed=*/true);
+}
+double get_some_seconds(const toml::node& node, const std::string& key) {
+  return get_seconds(node, key);
+}
+
+// The setter of one key: `read` the node, convert it to the member reached from the config by
+// `path` (a chain of member pointers: &TrainConfig::model, &ModelConfig::n_layer).
+template <class Read, class... Path>
+Setter set(Read read, Path... path) {
+  return [read, path...](TrainConfig& c, const toml::node& n, const std::string& k) {
+    auto& field = (c.*....*path);
+    field = static_cast<std::remove_reference_t<decltype(field)>>(read(n, k));
+  };
+}
+
+// Every key, its reader and its field. model.preset is applied before the other keys.
 const std::map<std::string, Setter>& setters() {
-  static const std::
-      map<std::string, Setter>
-          table =
-              {
-                  // model (model.preset is applied first, the other keys override it)
-                  {"model.preset",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model = model_preset(get_string(n, k));
-                   }},
-                  {"model.family",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.family = parse_family(get_string(n, k));
-                   }},
-                  {"model.vocab_size",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.vocab_size = get_positive(n, k);
-                   }},
-                  {"model.n_layer",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.n_layer = get_positive(n, k);
-                   }},
-                  {"model.n_head",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.n_head = get_positive(n, k);
-                   }},
-                  {"model.n_kv_head",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.n_kv_head = get_positive(n, k);
-                   }},
-                  {"model.d_model",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.d_model = get_positive(n, k);
-                   }},
-                  {"model.d_ff", [](TrainConfig& c, const toml::node& n,
-                                    const std::string& k) { c.model.d_ff = get_positive(n, k); }},
-                  {"model.seq_len",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.seq_len = get_positive(n, k);
-                   }},
-                  {"model.norm",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.norm = parse_norm(get_string(n, k));
-                   }},
-                  {"model.norm_eps",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.norm_eps = float(get_float(n, k));
-                   }},
-                  {"model.position",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.position = parse_position(get_string(n, k));
-                   }},
-                  {"model.rope_theta",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.rope_theta = float(get_float(n, k));
-                   }},
-                  {"model.mlp",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.mlp = parse_mlp(get_string(n, k));
-                   }},
-                  {"model.bias", [](TrainConfig& c, const toml::node& n,
-                                    const std::string& k) { c.model.bias = get_bool(n, k); }},
-                  {"model.tied_embeddings",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.tied_embeddings = get_bool(n, k);
-                   }},
-                  {"model.init_std",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.model.init_std = float(get_float(n, k));
-                   }},
-                  // data
-                  {"data.dir", [](TrainConfig& c, const toml::node& n,
-                                  const std::string& k) { c.data_dir = get_string(n, k); }},
-                  {"data.mode",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.data_mode = get_string(n, k);
-                     if (c.data_mode != "sequential" && c.data_mode != "shuffled") {
-                       LATTICE_THROW(
-                           ConfigError,
-                           "config key '{}' = \"{}\" ---> HINT: use \"sequential\" or \"shuffled\"",
-                           k, c.data_mode);
-                     }
-                   }},
-                  {"data.tokenizer", [](TrainConfig& c, const toml::node& n,
-                                        const std::string& k) { c.tokenizer = get_string(n, k); }},
-                  // batch
-                  {"batch.micro_batch",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.micro_batch = get_non_negative(n, k);
-                   }},
-                  {"batch.micro_batches",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.micro_batches = get_non_negative(n, k);
-                   }},
-                  {"batch.global_batch",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.global_batch = get_non_negative(n, k);
-                   }},
-                  {"batch.seq_len",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.seq_len = get_non_negative(n, k); }},
-                  // optim
-                  {
-                      "optim.lr", [](TrainConfig& c, const toml::node& n,
-                                     const std::string& k) { c.lr = float(get_float(n, k)); }},
-                  {"optim.min_lr", [](TrainConfig& c, const toml::node& n,
-                                      const std::string& k) { c.min_lr = float(get_float(n, k)); }},
-                  {"optim.warmup_steps",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.warmup_steps = get_non_negative(n, k);
-                   }},
-                  {"optim.decay_steps",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.decay_steps = get_non_negative(n, k);
-                   }},
-                  {"optim.beta1",
-                   [](
-                       TrainConfig& c, const toml::node& n,
-                       const std::
-                           string& k) { c.adam.beta1 = float(get_float(n, k)); }},
-                  {"optim.beta2",
-                   [](
-                       TrainConfig& c, const toml::node& n,
-                       const std::
-                           string& k) { c.adam.beta2 = float(get_float(n, k)); }},
-                  {"optim.eps", [](TrainConfig& c, const toml::node& n,
-                                   const std::string& k) { c.adam.eps = float(get_float(n, k)); }},
-                  {"optim.weight_decay",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.adam.weight_decay = float(get_float(n, k));
-                   }},
-                  {"optim.grad_clip",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.grad_clip = float(get_float(n, k));
-                   }},
-                  // train
-                  {
-                      "train.steps", [](TrainConfig& c, const toml::node& n,
-                                        const std::string& k) { c.steps = get_positive(n, k); }},
-                  {"train.precision",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     std::string p = get_string(n, k);
-                     if (p == "fp32" || p == "f32") {
-                       c.compute_dtype = DType::kF32;
-                     } else if (p == "bf16") {
-                       c.compute_dtype = DType::kBF16;
-                     } else {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = \"{}\" ---> HINT: use \"fp32\" or \"bf16\"",
-                                     k, p);
-                     }
-                   }},
-                  {"train.seed",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.seed = uint64_t(get_non_negative(n, k)); }},
-                  {"train.threads",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.threads = int(get_non_negative(n, k)); }},
-                  {"train.log_interval",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.log_interval = get_positive(n, k);
-                   }},
-                  // eval
-                  {"eval.interval",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.eval_interval = get_non_negative(n, k); }},
-                  {"eval.batches",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.eval_batches = get_non_negative(n, k); }},
-                  // sample
-                  {"sample.tokens",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.sample_tokens = get_non_negative(n, k); }},
-                  {"sample.temperature",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.sample_temperature = float(get_float(n, k));
-                   }},
-                  {"sample.prompt",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.sample_prompt = get_string(n, k); }},
-                  {"sample.seed",
-                   [](TrainConfig& c, const toml::node& n,
-                      const std::string& k) { c.sample_seed = uint64_t(get_non_negative(n, k)); }},
-                  // output
-                  {"output.dir", [](TrainConfig& c, const toml::node& n,
-                                    const std::string& k) { c.out_dir = get_string(n, k); }},
-                  {"output.checkpoint_every",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.checkpoint_every = get_non_negative(n, k);
-                   }},
-                  {"output.keep_last",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.keep_last = get_positive(n, k);
-                   }},
-                  {"output.checkpoint_async",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.checkpoint_async = get_bool(n, k);
-                   }},
-                  // parallel (the `lattice train` flags of the same names override these)
-                  {"parallel.dp",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.dp = get_rank_count(n, k);
-                   }},
-                  {"parallel.tp",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.tp = get_rank_count(n, k);
-                   }},
-                  {"parallel.sp",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.sequence_parallel = get_bool(n, k);
-                   }},
-                  {"parallel.zero",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     int64_t stage = get_int(n, k);
-                     if (stage < 0 || stage > 3) {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = {} is not a ZeRO stage ---> HINT: use 0 "
-                                     "(replicated), 1 (optimizer state sharded over dp), 2 (and "
-                                     "gradients) or 3 (and parameters)",
-                                     k, stage);
-                     }
-                     c.parallel.zero = int(stage);
-                   }},
-                  {"parallel.bucket_mb",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     double mb = get_float(n, k);
-                     // 2^20 MB is a bucket of 2^40 bytes, far beyond any model here; the bound
-                     // keeps mb · 2^20 an exact int64.
-                     if (!(mb > 0.0 && mb <= double(1 << 20))) {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = {} must be a positive size in MB ---> "
-                                     "HINT: use e.g. 1 (the default) or 0.25",
-                                     k, mb);
-                     }
-                     c.parallel.bucket_mb = mb;
-                   }},
-                  {"parallel.transport",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     std::string t = get_string(n, k);
-                     if (t != "threads" && t != "mpi" && t != "gloo") {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = \"{}\" ---> HINT: use \"threads\" "
-                                     "(in-process ranks), \"mpi\" (one rank per process, "
-                                     "under mpirun) or \"gloo\" (one rank per process, under "
-                                     "lattice launch)",
-                                     k, t);
-                     }
-                     c.parallel.transport = t;
-                   }},
-                  {"parallel.check_replicas",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.check_replicas = get_bool(n, k);
-                   }},
-                  {"parallel.pp",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.pp = get_rank_count(n, k);
-                   }},
-                  {"parallel.schedule",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     std::string name = get_string(n, k);
-                     parse_schedule_kind(name);  // ConfigError listing the schedules
-                     c.parallel.schedule = name;
-                   }},
-                  {"parallel.virtual_stages",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.virtual_stages = get_rank_count(n, k);
-                   }},
-                  {"parallel.layers_per_chunk",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     const toml::array* counts = n.as_array();
-                     if (counts == nullptr || counts->empty()) {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = {} must be a list of layer counts, one "
-                                     "per pipeline chunk ---> HINT: e.g. [1, 3] for 2 stages "
-                                     "over 4 layers; leave it out to balance by the cost model",
-                                     k, describe(n));
-                     }
-                     c.parallel.layers_per_chunk.clear();
-                     for (const toml::node& count : *counts) {
-                       c.parallel.layers_per_chunk.push_back(int(get_positive(count, k)));
-                     }
-                   }},
-                  {"parallel.recompute",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     std::string name = get_string(n, k);
-                     parse_recompute(name);  // ConfigError listing the choices
-                     c.parallel.recompute = name;
-                   }},
-                  {"parallel.deterministic",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.deterministic = get_bool(n, k);
-                   }},
-                  {"parallel.comm_profile",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.comm_profile = get_string(n, k);
-                   }},
-                  {"parallel.timeout_s",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.parallel.timeout_s = get_seconds(n, k, /*zero_allowed=*/true);
-                   }},
-                  {"elastic.heartbeat_interval_s",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.elastic.heartbeat_interval_s = get_seconds(n, k);
-                   }},
-                  {"elastic.heartbeat_timeout_s",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.elastic.heartbeat_timeout_s = get_seconds(n, k);
-                   }},
-                  {"elastic.progress_timeout_s",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.elastic.progress_timeout_s = get_seconds(n, k);
-                   }},
-                  {"elastic.snapshot_every",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     c.elastic.snapshot_every = get_non_negative(n, k);
-                   }},
-                  {"elastic.straggler_factor",
-                   [](TrainConfig& c, const toml::node& n, const std::string& k) {
-                     const double f = get_float(n, k);
-                     if (!(f == 0.0 || (f > 1.0 && f <= 1000.0))) {
-                       LATTICE_THROW(ConfigError,
-                                     "config key '{}' = {} must be 0 (off) or a factor above 1 "
-                                     "---> HINT: e.g. 3: a rank 3x slower than the others",
-                                     k, f);
-                     }
-                     c.elastic.straggler_factor = f;
-                   }},
-              };
+  using T = TrainConfig;
+  using M = ModelConfig;
+  using P = ParallelConfig;
+  using E = ElasticConfig;
+  using A = AdamWHyper;
+  static const std::map<std::string, Setter> table = {
+      {"model.preset", set(get_preset, &T::model)},
+      {"model.family", set(get_family, &T::model, &M::family)},
+      {"model.vocab_size", set(get_positive, &T::model, &M::vocab_size)},
+      {"model.n_layer", set(get_positive, &T::model, &M::n_layer)},
+      {"model.n_head", set(get_positive, &T::model, &M::n_head)},
+      {"model.n_kv_head", set(get_positive, &T::model, &M::n_kv_head)},
+      {"model.d_model", set(get_positive, &T::model, &M::d_model)},
+      {"model.d_ff", set(get_positive, &T::model, &M::d_ff)},
+      {"model.seq_len", set(get_positive, &T::model, &M::seq_len)},
+      {"model.norm", set(get_norm, &T::model, &M::norm)},
+      {"model.norm_eps", set(get_float, &T::model, &M::norm_eps)},
+      {"model.position", set(get_position, &T::model, &M::position)},
+      {"model.rope_theta", set(get_float, &T::model, &M::rope_theta)},
+      {"model.mlp", set(get_mlp, &T::model, &M::mlp)},
+      {"model.bias", set(get_bool, &T::model, &M::bias)},
+      {"model.tied_embeddings", set(get_bool, &T::model, &M::tied_embeddings)},
+      {"model.init_std", set(get_float, &T::model, &M::init_std)},
+      {"data.dir", set(get_string, &T::data_dir)},
+      {"data.mode", set(get_sampling_mode, &T::data_mode)},
+      {"data.tokenizer", set(get_tokenizer, &T::tokenizer)},
+      {"batch.micro_batch", set(get_non_negative, &T::micro_batch)},
+      {"batch.micro_batches", set(get_non_negative, &T::micro_batches)},
+      {"batch.global_batch", set(get_non_negative, &T::global_batch)},
+      {"batch.seq_len", set(get_non_negative, &T::seq_len)},
+      {"optim.lr", set(get_float, &T::lr)},
+      {"optim.min_lr", set(get_float, &T::min_lr)},
+      {"optim.warmup_steps", set(get_non_negative, &T::warmup_steps)},
+      {"optim.decay_steps", set(get_non_negative, &T::decay_steps)},
+      {"optim.beta1", set(get_float, &T::adam, &A::beta1)},
+      {"optim.beta2", set(get_float, &T::adam, &A::beta2)},
+      {"optim.eps", set(get_float, &T::adam, &A::eps)},
+      {"optim.weight_decay", set(get_float, &T::adam, &A::weight_decay)},
+      {"optim.grad_clip", set(get_float, &T::grad_clip)},
+      {"train.steps", set(get_positive, &T::steps)},
+      {"train.precision", set(get_precision, &T::compute_dtype)},
+      {"train.seed", set(get_non_negative, &T::seed)},
+      {"train.threads", set(get_non_negative, &T::threads)},
+      {"train.log_interval", set(get_positive, &T::log_interval)},
+      {"eval.interval", set(get_non_negative, &T::eval_interval)},
+      {"eval.batches", set(get_non_negative, &T::eval_batches)},
+      {"sample.tokens", set(get_non_negative, &T::sample_tokens)},
+      {"sample.temperature", set(get_float, &T::sample_temperature)},
+      {"sample.prompt", set(get_string, &T::sample_prompt)},
+      {"sample.seed", set(get_non_negative, &T::sample_seed)},
+      {"output.dir", set(get_string, &T::out_dir)},
+      {"output.checkpoint_every", set(get_non_negative, &T::checkpoint_every)},
+      {"output.keep_last", set(get_positive, &T::keep_last)},
+      {"output.checkpoint_async", set(get_bool, &T::checkpoint_async)},
+      // parallel (the `lattice train` flags of the same names override these)
+      {"parallel.dp", set(get_rank_count, &T::parallel, &P::dp)},
+      {"parallel.tp", set(get_rank_count, &T::parallel, &P::tp)},
+      {"parallel.sp", set(get_bool, &T::parallel, &P::sequence_parallel)},
+      {"parallel.zero", set(get_zero_stage, &T::parallel, &P::zero)},
+      {"parallel.bucket_mb", set(get_bucket_mb, &T::parallel, &P::bucket_mb)},
+      {"parallel.transport", set(get_transport, &T::parallel, &P::transport)},
+      {"parallel.check_replicas", set(get_bool, &T::parallel, &P::check_replicas)},
+      {"parallel.pp", set(get_rank_count, &T::parallel, &P::pp)},
+      {"parallel.schedule", set(get_schedule, &T::parallel, &P::schedule)},
+      {"parallel.virtual_stages", set(get_rank_count, &T::parallel, &P::virtual_stages)},
+      {"parallel.layers_per_chunk", set(get_layer_counts, &T::parallel, &P::layers_per_chunk)},
+      {"parallel.recompute", set(get_recompute, &T::parallel, &P::recompute)},
+      {"parallel.deterministic", set(get_bool, &T::parallel, &P::deterministic)},
+      {"parallel.comm_profile", set(get_string, &T::parallel, &P::comm_profile)},
+      {"parallel.timeout_s", set(get_any_seconds, &T::parallel, &P::timeout_s)},
+      {"elastic.heartbeat_interval_s",
+       set(get_some_seconds, &T::elastic, &E::heartbeat_interval_s)},
+      {"elastic.heartbeat_timeout_s", set(get_some_seconds, &T::elastic, &E::heartbeat_timeout_s)},
+      {"elastic.progress_timeout_s", set(get_some_seconds, &T::elastic, &E::progress_timeout_s)},
+      {"elastic.snapshot_every", set(get_non_negative, &T::elastic, &E::snapshot_every)},
+      {"elastic.straggler_factor", set(get_straggler_factor, &T::elastic, &E::straggler_factor)},
+  };
   return table;
 }
 
@@ -608,7 +489,8 @@ void TrainConfig::check_timeout_ladder() const {
                   "e.g. 1 and 2",
                   elastic.heartbeat_timeout_s, elastic.progress_timeout_s);
   }
-  if (parallel.transport == "gloo" && !(elastic.progress_timeout_s < collective_timeout_s())) {
+  if (parallel.transport == TransportKind::kGloo &&
+      !(elastic.progress_timeout_s < collective_timeout_s())) {
     LATTICE_THROW(ConfigError,
                   "parallel.timeout_s = {} must be above elastic.progress_timeout_s = {}: under "
                   "lattice launch the agent finds a dead, stopped or stuck rank first, and a "

@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_types.h"
 #include "core/dtype.h"
+#include "data/data_position.h"
 #include "kernels/adamw.h"
 #include "model/config.h"
+#include "model/transformer.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace lattice {
 
@@ -25,14 +29,14 @@ struct ParallelConfig {
   bool sequence_parallel = false;  // key "sp": split the residual stream's rows over tp
   int zero = 0;                    // ZeRO stage 0-3 (what each shards: parallel/zero_shards.h)
   double bucket_mb = 1.0;          // gradient bucket size (dp > 1)
-  // "threads" (in-process ranks) | "mpi" (under mpirun) | "gloo" (under lattice launch)
-  std::string transport = "threads";
-  bool check_replicas = false;        // hash and compare the dp replicas after every step
-  int pp = 1;                         // pipeline stages (docs/pipeline-parallel.md)
-  std::string schedule = "1f1b";      // gpipe | 1f1b | interleaved-1f1b | zb-h1
-  int virtual_stages = 1;             // model chunks per stage (interleaved-1f1b: ≥ 2)
-  std::string recompute = "none";     // none | selective | full
-  std::vector<int> layers_per_chunk;  // pipeline chunks' layer counts; empty: the cost model
+  // threads (in-process ranks) | mpi (under mpirun) | gloo (under lattice launch)
+  TransportKind transport = TransportKind::kThreads;
+  bool check_replicas = false;  // hash and compare the dp replicas after every step
+  int pp = 1;                   // pipeline stages (docs/pipeline-parallel.md)
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;  // gpipe | 1f1b | interleaved-1f1b | zb-h1
+  int virtual_stages = 1;                  // model chunks per stage (interleaved-1f1b: ≥ 2)
+  Recompute recompute = Recompute::kNone;  // none | selective | full
+  std::vector<int> layers_per_chunk;       // pipeline chunks' layer counts; empty: the cost model
   // Deadline of every collective, seconds; 0: 30 s. Under `lattice launch` a backstop above
   // elastic.progress_timeout_s: the agent finds a failed rank before any deadline passes.
   double timeout_s = 0.0;
@@ -66,8 +70,8 @@ struct TrainConfig {
 
   // data: a directory holding train.bin and val.bin (written by `lattice data prepare`).
   std::string data_dir = "runs/data/shakespeare-char";
-  std::string data_mode = "sequential";  // sequential | shuffled
-  std::string tokenizer = "byte";
+  SamplingMode data_mode = SamplingMode::kSequential;  // sequential | shuffled
+  std::string tokenizer = "byte";                      // a name make_tokenizer knows
 
   // batch: global_batch = micro_batch × micro_batches × dp (sequences); any two determine
   // the third (0 = derive).

@@ -62,10 +62,10 @@ ParallelSetup parallel_setup(const ParallelConfig& layout, DeviceMesh& mesh) {
           .sequence_parallel = layout.sequence_parallel,
           .pp = &mesh.pp(),
           .embedding = mesh.embedding(),
-          .schedule = parse_schedule_kind(layout.schedule),
+          .schedule = layout.schedule,
           .virtual_stages = layout.virtual_stages,
           .layers_per_chunk = layout.layers_per_chunk,
-          .recompute = parse_recompute(layout.recompute)};
+          .recompute = layout.recompute};
 }
 
 Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
@@ -139,7 +139,7 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   set_thread_budget(threads);
 
   train_loader_ = make_loader(std::move(data.train), config_,
-                              parse_sampling_mode(config_.data_mode), config_.global_batch);
+                              config_.data_mode, config_.global_batch);
   if (data.val) {
     val_loader_ =
         make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);

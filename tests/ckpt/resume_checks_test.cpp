@@ -80,8 +80,8 @@ TEST_F(ResumeChecks, EveryKeyThatChangesTheMathIsRefusedNamingBothValues) {
   const std::vector<Change> changes = {
       {"batch.global_batch", [](TrainConfig& c) { c.global_batch = 16; }, "saved 8", "now 16"},
       {"train.seed", [](TrainConfig& c) { c.seed = 7; }, "saved 1337", "now 7"},
-      {"data.mode", [](TrainConfig& c) { c.data_mode = "sequential"; }, "saved \"shuffled\"",
-       "now \"sequential\""},
+      {"data.mode", [](TrainConfig& c) { c.data_mode = SamplingMode::kSequential; },
+       "saved \"shuffled\"", "now \"sequential\""},
       {"optim.decay_steps", [](TrainConfig& c) { c.decay_steps = 12; }, "saved 6", "now 12"},
       {"optim.lr", [](TrainConfig& c) { c.lr = c.adam.lr = 1e-3f; }, "saved 0.003", "now 0.001"},
       {"train.precision", [](TrainConfig& c) { c.compute_dtype = DType::kBF16; }, "saved \"fp32\"",

@@ -17,7 +17,7 @@ TrainConfig resume_config(const std::filesystem::path& data) {
   c.model = model_preset("llama-tiny");
   c.model.seq_len = 16;
   c.data_dir = data.string();
-  c.data_mode = "shuffled";
+  c.data_mode = SamplingMode::kShuffled;
   c.seq_len = 16;
   c.micro_batch = 4;
   c.micro_batches = 2;

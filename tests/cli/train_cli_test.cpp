@@ -153,5 +153,28 @@ TEST_F(TrainCli, ASlowLinkSwitchesTheCollectiveAtAStepBoundaryAndKeepsTheDetermi
   EXPECT_NE(bad.err.find("LATTICE_SLOW_LINK item '0:9:20'"), std::string::npos) << bad.err;
 }
 
+// The flags that name a choice are parsed once, before any rank starts: a misspelt one is refused
+// with the choices (and the run's own config keys the same way).
+TEST_F(TrainCli, AMisspeltChoiceIsRefusedWithTheChoicesBeforeAnyRankStarts) {
+  const auto dir = scratch_dir("train_cli_choices");
+  struct Case {
+    std::vector<std::string> flags;
+    std::string named;
+  };
+  const Case cases[] = {
+      {{"--pp", "2", "--schedule", "1f2b"}, "1f1b"},
+      {{"--recompute", "sometimes"}, "selective"},
+      {{"--transport", "tcp"}, "gloo"},
+      {{"--set", "data.mode=random"}, "shuffled"},
+      {{"--set", "data.tokenizer=bpe9"}, "byte"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = run_cli(train(dir / "choices.jsonl", c.flags), kLimitS);
+    EXPECT_NE(r.exit_code, 0) << c.flags.back();
+    EXPECT_NE(r.err.find(c.named), std::string::npos) << c.flags.back() << "\n" << r.all();
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << c.flags.back() << ": a rank trained";
+  }
+}
+
 }  // namespace
 }  // namespace lattice::testing

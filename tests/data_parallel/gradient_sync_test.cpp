@@ -104,7 +104,7 @@ TrainConfig small_config(const std::filesystem::path& data) {
   TrainConfig c;
   c.model = tiny_model();
   c.data_dir = data.string();
-  c.data_mode = "shuffled";
+  c.data_mode = SamplingMode::kShuffled;
   c.seq_len = 16;
   c.global_batch = 8;
   c.micro_batches = 2;

@@ -31,7 +31,7 @@ TrainConfig small_config(const std::string& preset, const std::filesystem::path&
   c.model = model_preset(preset);
   c.model.seq_len = 16;
   c.data_dir = data.string();
-  c.data_mode = "shuffled";
+  c.data_mode = SamplingMode::kShuffled;
   c.seq_len = 16;
   c.global_batch = kGlobalBatch;
   c.lr = 3e-3f;

@@ -23,7 +23,7 @@ inline TrainConfig equivalence_config(ModelConfig model, const std::filesystem::
   TrainConfig c;
   c.model = std::move(model);
   c.data_dir = data.string();
-  c.data_mode = "shuffled";
+  c.data_mode = SamplingMode::kShuffled;
   c.seq_len = run.seq_len;
   c.global_batch = run.global_batch;
   c.micro_batches = run.micro_batches;

@@ -119,7 +119,7 @@ TEST(TrainConfig, ParallelSectionIsReadAndOverriddenLikeAnyOther) {
   EXPECT_FALSE(defaults.parallel.sequence_parallel);
   EXPECT_EQ(defaults.parallel.zero, 0);
   EXPECT_DOUBLE_EQ(defaults.parallel.bucket_mb, 1.0);
-  EXPECT_EQ(defaults.parallel.transport, "threads");
+  EXPECT_EQ(defaults.parallel.transport, TransportKind::kThreads);
   EXPECT_FALSE(defaults.parallel.check_replicas);
 
   const std::string toml = R"(
@@ -138,7 +138,7 @@ check_replicas = true
   EXPECT_TRUE(c.parallel.sequence_parallel);
   EXPECT_EQ(c.parallel.zero, 1);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.25);
-  EXPECT_EQ(c.parallel.transport, "mpi");
+  EXPECT_EQ(c.parallel.transport, TransportKind::kMpi);
   EXPECT_TRUE(c.parallel.check_replicas);
   EXPECT_EQ(c.parallel.world_size(), 8);
 
@@ -152,8 +152,33 @@ check_replicas = true
   EXPECT_FALSE(c.parallel.sequence_parallel);
   EXPECT_EQ(c.parallel.zero, 0);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 2.0);
-  EXPECT_EQ(c.parallel.transport, "threads");
+  EXPECT_EQ(c.parallel.transport, TransportKind::kThreads);
   EXPECT_FALSE(c.parallel.check_replicas);
+}
+
+// Keys that name a choice are parsed once, into the enums the runtime takes.
+TEST(TrainConfig, ChoicesAreParsedIntoTheirTypes) {
+  const TrainConfig c = parse_train_config(R"(
+[data]
+mode = "shuffled"
+tokenizer = "byte"
+[parallel]
+pp = 2
+schedule = "zb-h1"
+recompute = "selective"
+transport = "gloo"
+)",
+                                           "test.toml");
+  EXPECT_EQ(c.data_mode, SamplingMode::kShuffled);
+  EXPECT_EQ(c.parallel.schedule, ScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(c.parallel.recompute, Recompute::kSelective);
+  EXPECT_EQ(c.parallel.transport, TransportKind::kGloo);
+  const TrainConfig defaults;
+  EXPECT_EQ(defaults.parallel.schedule, ScheduleKind::kOneFOneB);
+  EXPECT_EQ(defaults.parallel.recompute, Recompute::kNone);
+  EXPECT_EQ(defaults.data_mode, SamplingMode::kSequential);
+  EXPECT_THROW(parse_train_config("[data]\ntokenizer = \"bpe9\"\n", "t.toml"), ConfigError);
+  EXPECT_THROW(parse_train_config("[parallel]\nschedule = \"1f2b\"\n", "t.toml"), ConfigError);
 }
 
 TEST(TrainConfig, LayersPerChunkIsAListOfLayerCounts) {
