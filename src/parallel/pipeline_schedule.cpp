@@ -101,8 +101,8 @@ std::vector<Instruction> zero_bubble_h1_order(int rank, int p, int m) {
 
 // Adds the point-to-point transfers around rank `rank`'s compute order: a receive right before
 // the compute that needs a tensor from another rank, a send right after the compute that makes
-// one; then reduce-grads and optimizer-step. Model chunk k = chunk·p + rank; its forward input
-// comes from model chunk k − 1 and its output gradient from k + 1.
+// one. Model chunk k = chunk·p + rank; its forward input comes from model chunk k − 1 and its
+// output gradient from k + 1.
 std::vector<Instruction> with_communication(const std::vector<Instruction>& order, int rank, int p,
                                             int v) {
   const int last_chunk = p * v - 1;
@@ -127,8 +127,6 @@ std::vector<Instruction> with_communication(const std::vector<Instruction>& orde
       out.push_back(step);
     }
   }
-  out.push_back({Op::kReduceGrads, -1, -1, -1});
-  out.push_back({Op::kOptimizerStep, -1, -1, -1});
   return out;
 }
 
@@ -302,6 +300,27 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
       case ScheduleKind::kZeroBubbleH1:
         order = zero_bubble_h1_order(r, p, m);
         break;
+    }
+    std::vector<Instruction> program = with_communication(order, r, p, v);
+    program.push_back({Op::kReduceGrads, -1, -1, -1});
+    program.push_back({Op::kOptimizerStep, -1, -1, -1});
+    schedule.per_rank.push_back(std::move(program));
+  }
+  return schedule;
+}
+
+Schedule make_forward_schedule(int p, int m, int v) {
+  if (p < 1 || m < 1 || v < 1) {
+    LATTICE_THROW(ConfigError,
+                  "forward schedule: stages p={}, micro-batches m={} and virtual stages v={} "
+                  "must all be >= 1",
+                  p, m, v);
+  }
+  Schedule schedule{ScheduleKind::kGpipe, p, m, v, {}};
+  for (int r = 0; r < p; ++r) {
+    std::vector<Instruction> order;
+    for (int mb = 0; mb < m; ++mb) {
+      for (int chunk = 0; chunk < v; ++chunk) order.push_back(compute(Op::kForward, mb, chunk));
     }
     schedule.per_rank.push_back(with_communication(order, r, p, v));
   }

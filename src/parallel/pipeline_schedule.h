@@ -72,6 +72,11 @@ struct Schedule {
 // (non-blocking) but must pair them with the peer's sends in list order.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v);
 
+// The forwards alone (evaluation): per rank, micro-batch after micro-batch, its chunks in model
+// order, with their receives and sends; no backward, no reduce-grads, no optimizer-step. Any
+// v >= 1 (the chunks of every schedule). ConfigError unless p, m, v >= 1.
+Schedule make_forward_schedule(int p, int m, int v);
+
 // Micro-batches whose forward has run and whose backward (input part) has not, at the peak of
 // each rank's list, counted per (micro-batch, chunk): one unit holds the activations of 1/v of a
 // stage's layers for one micro-batch. (p) values.

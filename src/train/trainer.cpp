@@ -160,6 +160,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   micro_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
   if (pp_size_ > 1) {
     runtime_ = std::make_unique<PipelineRuntime>(*parallel_.pp, arena_);
+    evaluation_schedule_ = make_forward_schedule(pp_size_, 1, parallel_.virtual_stages);
+    evaluation_batches_ = {micro_};
     for (int64_t mb = 0; mb < config_.micro_batches; ++mb) {
       pipeline_batches_.push_back(make_token_batch(arena_, config_.micro_batch, config_.seq_len));
     }
@@ -329,28 +331,14 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
-ForwardResult Trainer::pipeline_forward(const TokenBatch& batch) {
-  // Model chunks in order: the stage holding chunk k receives its input from the stage of chunk
-  // k − 1, runs it, and sends the output on. The last stage's loss goes to every stage.
-  Communicator& pp = *parallel_.pp;
-  const int chunks = pp_size_ * parallel_.virtual_stages;
-  ForwardResult result;
-  for (int k = 0; k < chunks; ++k) {
-    if (k % pp_size_ != pp_rank_) continue;
-    const int local = k / pp_size_;
-    if (k > 0) {
-      Tensor& input = model_->chunk_input(local, 0, batch.inputs.dim(0), batch.inputs.dim(1));
-      pp.recv(input, (k - 1) % pp_size_, {.tag = 0x53});
-    }
-    ForwardResult r = model_->forward_chunk(local, 0, batch.inputs, batch.targets);
-    if (k + 1 < chunks) {
-      pp.send(model_->chunk_output(local, 0), (k + 1) % pp_size_, {.tag = 0x53});
-    } else {
-      result = r;
-    }
-  }
+ForwardResult Trainer::pipeline_forward() {
+  // The forward-only schedule through the same runtime as training: the stage holding chunk k
+  // receives its input from the stage of chunk k − 1, runs it and sends the output on; the last
+  // stage's loss goes to every stage.
+  ModelPipelineStage stage(*model_, evaluation_batches_, 1, 1.0f);
+  runtime_->run(evaluation_schedule_.per_rank[size_t(pp_rank_)], stage);
   const std::vector<double> sums =
-      sum_over_ranks(pp, {result.loss_sum, double(result.token_count)});
+      sum_over_ranks(*parallel_.pp, {stage.loss_sum(), double(stage.token_count())});
   return {sums[0], int64_t(sums[1])};
 }
 
@@ -365,7 +353,7 @@ double Trainer::evaluate() {
     report_phase(Phase::kEvaluate);  // progress for the agent, batch by batch
     val_loader_->read_batch(k, micro_.inputs, micro_.targets);
     ForwardResult r =
-        pp_size_ > 1 ? pipeline_forward(micro_) : model_->forward(micro_.inputs, micro_.targets);
+        pp_size_ > 1 ? pipeline_forward() : model_->forward(micro_.inputs, micro_.targets);
     loss_sum += r.loss_sum;
     tokens += r.token_count;
   }

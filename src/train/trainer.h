@@ -140,6 +140,8 @@ class Trainer {
   std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
   int pipeline_slots_ = 1;
   PipelineStepStats pipeline_stats_;
+  Schedule evaluation_schedule_;               // forwards only, one micro-batch
+  std::vector<TokenBatch> evaluation_batches_;  // {micro_}: the batch evaluate() reads into
   std::unique_ptr<GradientSync> sync_;
   std::function<void()> before_backward_;  // over parallel_.dp, for the store's ZeRO stage
   LrSchedule schedule_;
@@ -152,8 +154,8 @@ class Trainer {
   // Forward and backward of the step's micro-batches; returns this rank's loss sum.
   double run_micro_batches(double global_tokens);
   double run_pipeline(double global_tokens);
-  // One batch's loss sum and token count through the pipeline's forwards only (evaluation).
-  ForwardResult pipeline_forward(const TokenBatch& batch);
+  // The loss sum and token count of micro_ through the pipeline's forwards only (evaluation).
+  ForwardResult pipeline_forward();
   void retune_collectives();
   // The synchroniser of parallel_.dp for the store's ZeRO stage, its hooks set on the model.
   void build_gradient_sync();

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <string>
 
 #include "core/error.h"
@@ -95,6 +97,37 @@ TEST(PipelineSchedule, InvalidCombinationsAreConfigErrors) {
   for (ScheduleKind kind :
        {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1})
     EXPECT_TRUE(contains(refused(kind, 2, 4, 2), "v=2"));
+}
+
+// Evaluation's schedule: every (micro-batch, chunk) forward exactly once, no backward or update,
+// and each rank's sends to a peer matched by that peer's receives in the same order.
+TEST(PipelineSchedule, TheForwardScheduleRunsEachChunkOnceAndPairsItsTransfers) {
+  for (const auto& [p, m, v] : {std::tuple{2, 1, 1}, std::tuple{2, 3, 2}, std::tuple{4, 2, 3}}) {
+    const Schedule s = make_forward_schedule(p, m, v);
+    ASSERT_EQ(int(s.per_rank.size()), p);
+    // (from, to) -> the (micro-batch, model chunk) of each transfer, in list order.
+    std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
+    for (int r = 0; r < p; ++r) {
+      std::map<std::pair<int, int>, int> forwards;
+      for (const Instruction& in : s.per_rank[size_t(r)]) {
+        ASSERT_TRUE(in.op == Op::kForward || in.op == Op::kSendActivation ||
+                    in.op == Op::kRecvActivation)
+            << describe(in);
+        const int k = in.chunk * p + r;
+        if (in.op == Op::kForward) ++forwards[{in.micro_batch, in.chunk}];
+        if (in.op == Op::kSendActivation) sent[{r, in.peer_stage}].push_back({in.micro_batch, k});
+        if (in.op == Op::kRecvActivation) {
+          received[{in.peer_stage, r}].push_back({in.micro_batch, k - 1});
+        }
+      }
+      EXPECT_EQ(int(forwards.size()), m * v) << "rank " << r;
+      for (const auto& [at, count] : forwards) EXPECT_EQ(count, 1);
+    }
+    EXPECT_EQ(sent, received) << "p " << p << " m " << m << " v " << v;
+    // Every stage sends to the next; the last one to the first only when chunks wrap around.
+    EXPECT_EQ(sent.size(), size_t(v == 1 ? p - 1 : p));
+  }
+  EXPECT_THROW(make_forward_schedule(2, 0, 1), ConfigError);
 }
 
 TEST(PipelineSchedule, OneFOneBListsForTwoStages) {
