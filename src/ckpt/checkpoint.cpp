@@ -22,10 +22,6 @@ namespace {
 // optimizer.safetensors. Read only, so checkpoints written before the sharded format load.
 constexpr int kLegacyFormatVersion = 1;
 
-bool is_legacy(const fs::path& dir) {
-  return !fs::exists(dir / kManifestFileName) && fs::exists(dir / "state.json");
-}
-
 nlohmann::json read_legacy_state(const fs::path& dir) {
   const fs::path path = dir / "state.json";
   std::ifstream in(path);
@@ -93,6 +89,10 @@ CheckpointInfo info_from_state(const nlohmann::json& state, const fs::path& file
 }
 
 }  // namespace
+
+bool is_legacy_checkpoint(const fs::path& dir) {
+  return !fs::exists(dir / kManifestFileName) && fs::exists(dir / "state.json");
+}
 
 std::vector<OwnedShard> model_optimizer_shards(Transformer& model, AdamW& optimizer) {
   expect_whole_store_moments(optimizer, "model_optimizer_shards");
@@ -220,187 +220,6 @@ TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, 
   return state;
 }
 
-TrainingState trainer_state(const Trainer& trainer) {
-  return TrainingState{.step = trainer.step(),
-                       .lr_step = trainer.step(),
-                       .data = trainer.data_position(),
-                       .seed = trainer.config().seed};
-}
-
-CheckpointLayout trainer_layout(const Trainer& trainer) {
-  const int pp = trainer.pp_size();
-  return CheckpointLayout{.dp = trainer.dp_size(),
-                          .tp = trainer.tp_size(),
-                          .pp = pp,
-                          .v = pp > 1 ? trainer.parallel().virtual_stages : 1,
-                          .zero = trainer.parallel().zero};
-}
-
-nlohmann::json resume_keys(const Trainer& trainer) {
-  const TrainConfig& c = trainer.config();
-  return {{"batch.global_batch", c.global_batch},
-          {"batch.seq_len", c.seq_len},
-          {"data.dir", trainer.train_tokens()},  // the training file, by its token count
-          {"data.mode", sampling_mode_name(c.data_mode)},
-          {"data.tokenizer", c.tokenizer},
-          {"train.seed", c.seed},
-          {"train.precision", c.compute_dtype == DType::kBF16 ? "bf16" : "fp32"},
-          {"optim.lr", c.lr},
-          {"optim.min_lr", c.min_lr},
-          {"optim.warmup_steps", c.warmup_steps},
-          {"optim.decay_steps", c.decay_steps},
-          {"optim.beta1", c.adam.beta1},
-          {"optim.beta2", c.adam.beta2},
-          {"optim.eps", c.adam.eps},
-          {"optim.weight_decay", c.adam.weight_decay},
-          {"optim.grad_clip", c.grad_clip}};
-}
-
-Manifest trainer_manifest(Trainer& trainer) {
-  Manifest manifest = training_manifest(trainer.config(), trainer.model(), trainer_state(trainer),
-                                        trainer_layout(trainer));
-  manifest.state["resume_keys"] = resume_keys(trainer);
-  return manifest;
-}
-
-std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch) {
-  return training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), trainer.dp_size(),
-                         scratch);
-}
-
-void expect_world_of(const Trainer& trainer, int world_size) {
-  const int ranks = trainer.dp_size() * trainer.tp_size() * trainer.pp_size();
-  if (world_size != ranks) {
-    LATTICE_THROW(ConfigError,
-                  "saving a checkpoint: the world group has {} rank(s), the trainer's layout dp {} "
-                  "× tp {} × pp {} has {} ---> HINT: pass the group of every rank of the run "
-                  "(DeviceMesh::world())",
-                  world_size, trainer.dp_size(), trainer.tp_size(), trainer.pp_size(), ranks);
-  }
-}
-
-namespace {
-
-// Calls save(manifest, shards, world) with what this rank of the trainer owns; `world` is
-// nullptr on a single rank.
-template <class Save>
-void save_trainer_shards(Trainer& trainer, Communicator* world, Save save) {
-  const int world_size = world == nullptr ? 1 : world->size();
-  expect_world_of(trainer, world_size);
-  Arena scratch("ckpt-save");
-  std::vector<OwnedShard> shards = trainer_shards(trainer, scratch);
-  save(trainer_manifest(trainer), shards, world_size == 1 ? nullptr : world);
-}
-
-}  // namespace
-
-fs::path save_trainer_checkpoint(const fs::path& root, Trainer& trainer, Communicator* world,
-                                 const CommitOptions& options) {
-  fs::path dir;
-  save_trainer_shards(
-      trainer, world,
-      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
-        if (group == nullptr) {
-          fs::create_directories(root);
-          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, options);
-        } else {
-          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, *group,
-                                        options);
-        }
-      });
-  return dir;
-}
-
-void save_trainer_checkpoint_dir(const fs::path& dir, Trainer& trainer, Communicator* world) {
-  save_trainer_shards(
-      trainer, world,
-      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
-        if (group != nullptr) {
-          save_sharded_checkpoint_dir(dir, std::move(manifest), shards, *group);
-          return;
-        }
-        const fs::path staging = dir.string() + ".tmp";
-        fs::remove_all(staging);
-        fs::create_directories(staging);
-        std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
-        commit_checkpoint_dir(staging, dir, std::move(manifest), results);
-      });
-}
-
-namespace {
-
-std::string describe_key(const std::string& key, const nlohmann::json& value) {
-  if (key == "data.dir") return fmt::format("a train.bin of {} tokens", value.dump());
-  if (key == "optim.decay_steps") {
-    return fmt::format("{} (train.steps when optim.decay_steps is unset)", value.dump());
-  }
-  return value.dump();
-}
-
-// ConfigError naming every key whose value differs between the checkpoint and the trainer and
-// is not allowed to.
-void expect_resumable(const fs::path& dir, const nlohmann::json& saved, const Trainer& trainer,
-                      const ResumeOptions& options) {
-  const nlohmann::json now = resume_keys(trainer);
-  for (const std::string& key : options.allow_changes) {
-    if (!now.contains(key)) {
-      std::vector<std::string> keys;
-      for (const auto& item : now.items()) keys.push_back(item.key());
-      LATTICE_THROW(ConfigError,
-                    "--resume-allow-change {}: not a key a resume compares ---> HINT: one of {}",
-                    key, fmt::join(keys, ", "));
-    }
-  }
-  std::vector<std::string> changed, hints, allows;
-  for (const auto& [key, value] : now.items()) {
-    if (!saved.contains(key) || saved.at(key) == value) continue;
-    if (std::find(options.allow_changes.begin(), options.allow_changes.end(), key) !=
-        options.allow_changes.end()) {
-      continue;
-    }
-    changed.push_back(fmt::format("{}: saved {}, now {}", key, describe_key(key, saved.at(key)),
-                                  describe_key(key, value)));
-    if (key != "data.dir") hints.push_back(fmt::format("--set {}={}", key, saved.at(key).dump()));
-    allows.push_back("--resume-allow-change " + key);
-  }
-  if (changed.empty()) return;
-  LATTICE_THROW(ConfigError,
-                "cannot resume from {}: the run would not continue the one that saved it; {} "
-                "---> HINT: resume with the saved values ({}), or accept the change with {}",
-                dir.string(), fmt::join(changed, "; "),
-                hints.empty() ? std::string("the same training data")
-                              : fmt::format("{}", fmt::join(hints, " ")),
-                fmt::join(allows, " "));
-}
-
-}  // namespace
-
-TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer,
-                                      const ResumeOptions& options) {
-  bool recorded = false;
-  if (!is_legacy(dir)) {
-    const Manifest manifest = read_manifest(dir);
-    recorded = manifest.state.contains("resume_keys");
-    if (recorded) expect_resumable(dir, manifest.state.at("resume_keys"), trainer, options);
-  }
-  TrainingState state = load_training_checkpoint(dir, trainer.model(), trainer.optimizer());
-  trainer.set_step(state.step);
-  if (recorded) {
-    DataPosition position = state.data;
-    // An allowed change of the sampling: the saved place in the epoch, in the new order.
-    const auto allowed = [&](const char* key) {
-      return std::find(options.allow_changes.begin(), options.allow_changes.end(), key) !=
-             options.allow_changes.end();
-    };
-    if (allowed("data.mode") || allowed("train.seed")) {
-      position.mode = trainer.config().data_mode;
-      position.seed = trainer.config().seed;
-    }
-    trainer.restore_data_position(position);
-  }
-  return state;
-}
-
 void save_checkpoint(const fs::path& dir, const TrainConfig& config, Transformer& model,
                      AdamW& optimizer, int64_t step) {
   const fs::path staging = dir.string() + ".tmp";
@@ -416,7 +235,7 @@ void save_checkpoint(const fs::path& dir, const TrainConfig& config, Transformer
 }
 
 CheckpointInfo read_checkpoint_info(const fs::path& dir) {
-  if (is_legacy(dir)) return info_from_state(read_legacy_state(dir), dir / "state.json");
+  if (is_legacy_checkpoint(dir)) return info_from_state(read_legacy_state(dir), dir / "state.json");
   return info_from_state(read_manifest(dir).state, dir / kManifestFileName);
 }
 
@@ -426,7 +245,7 @@ std::unique_ptr<Transformer> load_checkpoint_model(const fs::path& dir, Arena& a
   auto model = std::make_unique<Transformer>(info.model, arena, info.compute_dtype);
   ParameterStore& store = model->parameters();
   const auto& specs = model->registry().specs();
-  if (is_legacy(dir)) {
+  if (is_legacy_checkpoint(dir)) {
     SafetensorsReader reader(dir / "model.safetensors");
     for (int i = 0; i < int(specs.size()); ++i) reader.read(specs[size_t(i)].name, store.master(i));
   } else {
@@ -444,7 +263,7 @@ int64_t load_checkpoint_optimizer(const fs::path& dir, AdamW& optimizer) {
   expect_whole_store_moments(optimizer, "load_checkpoint_optimizer");
   CheckpointInfo info = read_checkpoint_info(dir);
   const auto& specs = optimizer.store().registry().specs();
-  if (is_legacy(dir)) {
+  if (is_legacy_checkpoint(dir)) {
     SafetensorsReader reader(dir / "optimizer.safetensors");
     for (const ParameterSpec& spec : specs) {
       reader.read(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));

@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/flat_range.h"
+#include "ckpt/hf_format.h"
+#include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 

@@ -1,6 +1,7 @@
 #include "ckpt/trainer_checkpointer.h"
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/trainer_checkpoint.h"
 #include "core/timer.h"
 
 namespace lattice {

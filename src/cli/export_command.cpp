@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_format.h"
 #include "cli/commands.h"
 
 namespace lattice::cli {

@@ -10,6 +10,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/collective_async_saver.h"
 #include "ckpt/collective_save.h"
+#include "ckpt/hf_format.h"
+#include "ckpt/trainer_checkpoint.h"
 #include "ckpt/trainer_checkpointer.h"
 #include "comm/tuner.h"
 #include "core/cpu_peak.h"

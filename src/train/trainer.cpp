@@ -138,8 +138,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
                                             : std::max(1, available_cores() / ranks);
   set_thread_budget(threads);
 
-  train_loader_ = make_loader(std::move(data.train), config_,
-                              config_.data_mode, config_.global_batch);
+  train_loader_ =
+      make_loader(std::move(data.train), config_, config_.data_mode, config_.global_batch);
   if (data.val) {
     val_loader_ =
         make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);

@@ -140,7 +140,7 @@ class Trainer {
   std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
   int pipeline_slots_ = 1;
   PipelineStepStats pipeline_stats_;
-  Schedule evaluation_schedule_;               // forwards only, one micro-batch
+  Schedule evaluation_schedule_;                // forwards only, one micro-batch
   std::vector<TokenBatch> evaluation_batches_;  // {micro_}: the batch evaluate() reads into
   std::unique_ptr<GradientSync> sync_;
   std::function<void()> before_backward_;  // over parallel_.dp, for the store's ZeRO stage

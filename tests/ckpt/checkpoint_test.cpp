@@ -1,6 +1,7 @@
 // Checkpoints and Hugging Face weights: round trips that preserve the model exactly, and clear
 // errors for weights that do not match.
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_format.h"
 
 #include <gtest/gtest.h>
 

@@ -16,6 +16,7 @@
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/trainer_checkpoint.h"
 #include "support/scratch_dir.h"
 #include "trainer_layouts.h"
 

@@ -8,6 +8,7 @@
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/trainer_checkpoint.h"
 #include "train/trainer.h"
 
 namespace lattice {

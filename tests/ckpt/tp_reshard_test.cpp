@@ -20,6 +20,8 @@
 #include "../train/equivalence_config.h"
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_format.h"
+#include "ckpt/trainer_checkpoint.h"
 #include "comm/thread_world.h"
 #include "parallel/device_mesh.h"
 #include "support/scratch_dir.h"

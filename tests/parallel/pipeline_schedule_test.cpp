@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 

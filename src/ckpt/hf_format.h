@@ -1,0 +1,35 @@
+// Hugging Face weights: import into a model (`lattice train --init-from`) and export of one
+// (`lattice export`), the safetensors layout and config.json transformers reads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "model/transformer.h"
+
+namespace lattice {
+
+// Loads Hugging Face GPT-2 or Llama weights (F32, BF16 or F16 tensors, widened exactly to the
+// fp32 master weights) into `model`, whose config must match. `source` is a .safetensors file
+// or a model directory: its config.json (when present) must agree with the model's
+// architecture (ConfigError naming each key), then model.safetensors or the hub's sharded
+// model.safetensors.index.json (every file its weight_map names) is read. Every expected tensor
+// must be present with its exact shape; a missing, unexpected or mis-shaped tensor, or another
+// dtype, is an IoError listing what was expected and what was found. GPT-2 files may omit the
+// "transformer." prefix and carry the attention-mask buffers (".attn.bias", ".attn.masked_bias"),
+// which are not parameters and are skipped. A pipeline stage (a model holding some layers) reads
+// the tensors of its part and leaves the others to their stages; the last stage's tied copy of
+// the token table reads the table.
+void load_hf_weights(const std::filesystem::path& file, Transformer& model);
+struct HfExportOptions {
+  // Largest weight file, as transformers' save_pretrained(max_shard_size="5GB"): a larger model
+  // is split into model-0000k-of-0000n.safetensors with model.safetensors.index.json.
+  uint64_t max_shard_bytes = 5'000'000'000;
+};
+// Writes <dir>/config.json and the weights (F32, Hugging Face names): model.safetensors, or the
+// hub's shards and index when they exceed options.max_shard_bytes. Weight files an earlier
+// export left in <dir> are removed first.
+void export_hf(const std::filesystem::path& dir, Transformer& model,
+               const HfExportOptions& options = {});
+
+}  // namespace lattice
