@@ -34,7 +34,7 @@ void BM_EvaluateOneLayout(benchmark::State& state) {
                       .zero = 1,
                       .micro_batch = 1,
                       .sequence_parallel = true,
-                      .schedule = Schedule::kInterleaved};
+                      .schedule = Schedule::kInterleaved1F1B};
   for (auto _ : state) benchmark::DoNotOptimize(evaluate(s, layout));
 }
 BENCHMARK(BM_EvaluateOneLayout);

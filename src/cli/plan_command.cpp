@@ -97,7 +97,7 @@ void run_plan(const PlanArgs& args) {
   if (!args.schedule.empty()) {
     constraints.schedules.clear();
     for (const std::string& s : args.schedule) {
-      constraints.schedules.push_back(plan::parse_schedule(s));
+      constraints.schedules.push_back(parse_schedule_kind(s));
     }
   }
 
@@ -158,7 +158,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--recompute", args->recompute, "Allowed recompute modes: none selective full");
   cmd->add_option("--zero", args->zero, "Allowed ZeRO stages (0-3)");
   cmd->add_option("--schedule", args->schedule,
-                  "Allowed pipeline schedules: 1f1b interleaved gpipe zb-h1");
+                  "Allowed pipeline schedules: 1f1b interleaved-1f1b gpipe zb-h1");
   cmd->add_flag("--sp", args->sp, "Require sequence parallelism");
   cmd->add_flag("--no-sp", args->no_sp, "Forbid sequence parallelism");
   cmd->add_option("--top", args->top, "How many layouts to list")->capture_default_str();

@@ -116,32 +116,6 @@ plan::MeasuredRun measured_run(const RankMemory& rank, double step_seconds) {
           .step_seconds = step_seconds};
 }
 
-ScheduleKind runtime_schedule(plan::Schedule schedule) {
-  switch (schedule) {
-    case plan::Schedule::kOneFOneB:
-      return ScheduleKind::kOneFOneB;
-    case plan::Schedule::kInterleaved:
-      return ScheduleKind::kInterleaved1F1B;
-    case plan::Schedule::kGpipe:
-      return ScheduleKind::kGpipe;
-    case plan::Schedule::kZbH1:
-      return ScheduleKind::kZeroBubbleH1;
-  }
-  return ScheduleKind::kOneFOneB;
-}
-
-Recompute runtime_recompute(plan::Recompute recompute) {
-  switch (recompute) {
-    case plan::Recompute::kNone:
-      return Recompute::kNone;
-    case plan::Recompute::kSelective:
-      return Recompute::kSelective;
-    case plan::Recompute::kFull:
-      return Recompute::kFull;
-  }
-  return Recompute::kNone;
-}
-
 }  // namespace
 
 plan::ModelSpec plan_model_spec(const ModelConfig& c, int64_t tp) {
@@ -252,9 +226,9 @@ int run_plan_validate(const PlanValidateArgs& args) {
                                                 .sequence_parallel = layout.sequence_parallel,
                                                 .zero = layout.zero,
                                                 .pp = int(layout.pp),
-                                                .schedule = runtime_schedule(layout.schedule),
+                                                .schedule = layout.schedule,
                                                 .virtual_stages = int(layout.virtual_stages),
-                                                .recompute = runtime_recompute(layout.recompute),
+                                                .recompute = layout.recompute,
                                                 .threads = args.threads,
                                                 .warmup_steps = args.warmup,
                                                 .steps = args.steps});

@@ -42,18 +42,6 @@ ModelConfig llama(std::string name, int64_t n_layer, int64_t n_head, int64_t n_k
   return c;
 }
 
-template <class Enum>
-Enum parse_choice(std::string_view text, std::string_view what,
-                  std::initializer_list<std::pair<std::string_view, Enum>> choices) {
-  std::string valid;
-  for (const auto& [name, value] : choices) {
-    if (name == text) return value;
-    valid += valid.empty() ? std::string(name) : ", " + std::string(name);
-  }
-  LATTICE_THROW(ConfigError, "model.{} = '{}' is not valid ---> HINT: use one of {}", what, text,
-                valid);
-}
-
 }  // namespace
 
 void ModelConfig::validate() const {
@@ -104,36 +92,6 @@ ModelConfig model_preset(std::string_view name) {
 
 std::vector<std::string> model_preset_names() {
   return {"gpt2-124m", "gpt2-tiny", "llama-tiny", "shakespeare-char"};
-}
-
-std::string_view family_name(ModelFamily family) {
-  return family == ModelFamily::kGpt2 ? "gpt2" : "llama";
-}
-std::string_view norm_name(NormKind kind) {
-  return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
-}
-std::string_view position_name(PositionKind kind) {
-  return kind == PositionKind::kLearned ? "learned" : "rope";
-}
-std::string_view mlp_name(MlpKind kind) {
-  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
-}
-
-ModelFamily parse_family(std::string_view text) {
-  return parse_choice<ModelFamily>(text, "family",
-                                   {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}});
-}
-NormKind parse_norm(std::string_view text) {
-  return parse_choice<NormKind>(
-      text, "norm", {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}});
-}
-PositionKind parse_position(std::string_view text) {
-  return parse_choice<PositionKind>(
-      text, "position", {{"learned", PositionKind::kLearned}, {"rope", PositionKind::kRope}});
-}
-MlpKind parse_mlp(std::string_view text) {
-  return parse_choice<MlpKind>(text, "mlp",
-                               {{"gelu", MlpKind::kGelu}, {"swiglu", MlpKind::kSwiglu}});
 }
 
 }  // namespace lattice

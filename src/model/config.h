@@ -7,12 +7,9 @@
 #include <string_view>
 #include <vector>
 
-namespace lattice {
+#include "spec/model_kinds.h"
 
-enum class ModelFamily { kGpt2, kLlama };  // decides parameter names (Hugging Face conventions)
-enum class NormKind { kLayerNorm, kRmsNorm };
-enum class PositionKind { kLearned, kRope };
-enum class MlpKind { kGelu, kSwiglu };
+namespace lattice {
 
 struct ModelConfig {
   std::string name = "custom";
@@ -41,14 +38,5 @@ struct ModelConfig {
 
 ModelConfig model_preset(std::string_view name);  // throws ConfigError listing the presets
 std::vector<std::string> model_preset_names();
-
-std::string_view family_name(ModelFamily family);
-std::string_view norm_name(NormKind kind);
-std::string_view position_name(PositionKind kind);
-std::string_view mlp_name(MlpKind kind);
-ModelFamily parse_family(std::string_view text);
-NormKind parse_norm(std::string_view text);
-PositionKind parse_position(std::string_view text);
-MlpKind parse_mlp(std::string_view text);
 
 }  // namespace lattice

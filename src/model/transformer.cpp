@@ -156,25 +156,6 @@ struct Transformer::Scratch {
   Activations::PerLayer recomputed;
 };
 
-std::string_view recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::kNone:
-      return "none";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "?";
-}
-
-Recompute parse_recompute(std::string_view name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  LATTICE_THROW(ConfigError, "unknown recompute '{}' ---> HINT: use none, selective or full", name);
-}
-
 Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp,
                          const ModelPart& part, ZeroSharding zero)
     : config_(std::move(config)),

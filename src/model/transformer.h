@@ -33,15 +33,13 @@
 
 namespace lattice {
 
-// Activation recompute: what a layer keeps from its forward for its backward.
+// Activation recompute (Recompute, spec/model_kinds.h): what a layer keeps from its forward for
+// its backward.
 //   none:      everything (fastest, most memory);
 //   selective: all but the attention core's output and softmax statistics, recomputed from
 //              q, k, v before the layer's backward (Korthikanti et al. 2022);
 //   full:      only the layer's input; the whole layer forward runs again before its backward,
 //              collectives included, into buffers shared by all layers and micro-batches.
-enum class Recompute { kNone, kSelective, kFull };
-std::string_view recompute_name(Recompute recompute);
-Recompute parse_recompute(std::string_view name);  // ConfigError naming the choices
 
 struct ForwardResult {
   double loss_sum = 0.0;    // sum of token losses of the micro-batch

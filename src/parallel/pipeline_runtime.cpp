@@ -17,15 +17,6 @@ constexpr uint32_t kGradientTag = 0x52;
 
 }  // namespace
 
-int activation_slots(const std::vector<Instruction>& program) {
-  int live = 0, peak = 0;
-  for (const Instruction& in : program) {
-    if (in.op == Op::kForward) peak = std::max(peak, ++live);
-    if (in.op == Op::kBackward || in.op == Op::kBackwardWeight) --live;
-  }
-  return std::max(peak, 1);
-}
-
 PipelineRuntime::PipelineRuntime(Communicator& pp, Arena& arena) : pp_(pp), arena_(arena) {}
 
 Tensor& PipelineRuntime::staging(int kind, const Instruction& in, const Tensor& like) {

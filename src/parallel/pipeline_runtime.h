@@ -14,7 +14,7 @@
 
 #include "comm/communicator.h"
 #include "core/arena.h"
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 
 namespace lattice {
 
@@ -44,10 +44,6 @@ struct PipelineStepStats {
     return step_seconds > 0 ? 1.0 - compute_seconds / step_seconds : 0.0;
   }
 };
-
-// Activation slots a stage needs for `program`: the most micro-batch chunks alive at once, from
-// their forward until their backward (or its weight part, which still reads the activations).
-int activation_slots(const std::vector<Instruction>& program);
 
 class PipelineRuntime {
  public:

@@ -59,13 +59,13 @@ std::vector<Candidate> neighbours(const Layout& best, int64_t devices) {
     add(l.sequence_parallel ? "sequence parallel on" : "sequence parallel off", l);
   }
   if (best.pp > 1) {
-    for (Schedule s :
-         {Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kGpipe, Schedule::kZbH1}) {
+    for (Schedule s : {Schedule::kOneFOneB, Schedule::kInterleaved1F1B, Schedule::kGpipe,
+                       Schedule::kZeroBubbleH1}) {
       Layout l = best;
       l.schedule = s;
       l.virtual_stages =
-          s == Schedule::kInterleaved ? std::max<int64_t>(2, best.virtual_stages) : 1;
-      add(fmt::format("schedule {}", schedule_name(s)), l);
+          s == Schedule::kInterleaved1F1B ? std::max<int64_t>(2, best.virtual_stages) : 1;
+      add(fmt::format("schedule {}", schedule_kind_name(s)), l);
     }
   }
   for (int64_t b : {best.micro_batch * 2, best.micro_batch / 2}) {

@@ -105,7 +105,7 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               setup.global_batch, l.dp, l.micro_batch, l.dp * l.micro_batch));
   }
   const int64_t m = micro_batches(l, setup.global_batch);
-  if (l.schedule == Schedule::kInterleaved) {
+  if (l.schedule == Schedule::kInterleaved1F1B) {
     if (l.pp < 2 || l.virtual_stages < 2) {
       return reject(RejectReason::kSchedule,
                     "the interleaved schedule needs pp ≥ 2 and v ≥ 2 ---> HINT: use 1f1b or set "
@@ -129,7 +129,7 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               "drive yet ---> HINT: use zero 0 or 1 with pp > 1",
                               l.zero, l.pp));
   }
-  if (l.pp > 1 && l.schedule == Schedule::kZbH1 && l.recompute != Recompute::kNone) {
+  if (l.pp > 1 && l.schedule == Schedule::kZeroBubbleH1 && l.recompute != Recompute::kNone) {
     // Lattice's runtime refuses the pair (train/trainer.cpp): the weight-gradient pass reads
     // activations that recompute would have dropped.
     return reject(RejectReason::kSchedule,

@@ -1,19 +1,19 @@
 // How the Lattice runtime (TrainingSetup::runtime == Runtime::kLattice) lays a pipeline out on
 // its stages: which layers each stage holds and how many activation slots it allocates.
 //
-// plan/ cannot call the runtime (it links core/ only, DESIGN.md), so this reproduces two pure
-// functions of it, and tests/plan/lattice_stages_test.cpp holds them equal over a sweep:
-//   - the partition (train/pipeline_stage.cpp partition_model → parallel/stage_partition.h
-//     partition_stages): the p·v chunks whose slowest chunk is fastest, then the most even
-//     (least Σ compute²), ties giving earlier chunks more layers; a layer costs its forward
-//     FLOPs per token 2·(its weights) + 2·s_max·h, the embedding nothing, the head 2·h·V (the
-//     memory cap is infinite, so memory never decides);
-//   - the slots (parallel/pipeline_runtime.h activation_slots): the most (micro-batch, chunk)
-//     pairs alive at once on the stage, from the forward until the backward or, under zb-h1,
-//     until the weight pass (which the schedule delays: min(m, p) on every stage, more than
-//     1F1B's min(m, p − stage)). Micro-batch mb uses slot mb % slots and a slot holds
-//     buffers for every chunk of the stage, so the runtime allocates min(peak, m) slots of all
-//     the stage's chunks — with interleaving up to v× what the live chunks need
+// plan/ cannot call the runtime (it links core/ and spec/ only, DESIGN.md); the pure parts
+// both need live in spec/:
+//   - the partition is the runtime's own (spec/transformer_partition.h, which
+//     train/pipeline_stage.cpp partition_model calls too): the p·v chunks whose slowest chunk is
+//     fastest, then the most even (least Σ compute²), ties giving earlier chunks more layers;
+//   - the slots are a closed form of spec/pipeline_schedule.h activation_slots over the
+//     schedule's program, which tests/plan/lattice_stages_test.cpp holds equal over a sweep
+//     (the search prices thousands of layouts and cannot build each one's program): the most
+//     (micro-batch, chunk) pairs alive at once on the stage, from the forward until the
+//     backward or, under zb-h1, until the weight pass (which the schedule delays: min(m, p) on
+//     every stage, more than 1F1B's min(m, p − stage)). Micro-batch mb uses slot mb % slots and
+//     a slot holds buffers for every chunk of the stage, so the runtime allocates min(peak, m)
+//     slots of all the stage's chunks — with interleaving up to v× what the live chunks need
 //     (docs/pipeline-parallel.md).
 #pragma once
 

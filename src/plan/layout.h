@@ -7,15 +7,17 @@
 #include <string>
 #include <string_view>
 
+#include "spec/model_kinds.h"
+#include "spec/pipeline_schedule.h"
+
 namespace lattice::plan {
 
-// The pipeline issue's schedules: 1F1B (PipeDream-Flush), interleaved 1F1B with v model
-// chunks per rank (Narayanan et al. 2021), GPipe (all forwards, then all backwards), ZB-H1
-// (backward split into input- and weight-gradient halves, Qi et al. 2023).
-enum class Schedule { kOneFOneB, kInterleaved, kGpipe, kZbH1 };
-// What the backward recomputes: nothing, the attention core (Korthikanti et al.'s selective
-// recompute), or each whole layer from its stored input.
-enum class Recompute { kNone, kSelective, kFull };
+// The runtime's own schedules and recompute modes (spec/pipeline_schedule.h,
+// spec/model_kinds.h), with their names and parsers: the planner prices what the runtime runs.
+using Schedule = ScheduleKind;
+using lattice::parse_recompute;
+using lattice::Recompute;
+using lattice::recompute_name;
 
 struct Layout {
   int64_t dp = 1;
@@ -37,13 +39,7 @@ inline int64_t micro_batches(const Layout& layout, int64_t global_batch) {
   return global_batch / (layout.dp * layout.micro_batch);
 }
 
-// "dp=8 tp=8 pp=4 v=2 zero=1 mb=1 recompute=selective sp schedule=interleaved"
+// "dp=8 tp=8 pp=4 v=2 zero=1 mb=1 recompute=selective sp schedule=interleaved-1f1b"
 std::string describe(const Layout& layout);
-
-std::string_view schedule_name(Schedule s);
-std::string_view recompute_name(Recompute r);
-// Throw ConfigError listing the valid names.
-Schedule parse_schedule(std::string_view name);
-Recompute parse_recompute(std::string_view name);
 
 }  // namespace lattice::plan

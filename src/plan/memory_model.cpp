@@ -120,7 +120,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     // token batches: the trainer's own and, with a pipeline, one per micro-batch of the step.
     const LatticeStagePart part =
         lattice_stage_part(model, layout.pp, layout.virtual_stages, stage);
-    const bool deferred = layout.pp > 1 && layout.schedule == Schedule::kZbH1;
+    const bool deferred = layout.pp > 1 && layout.schedule == Schedule::kZeroBubbleH1;
     const LatticeActivationBytes own = lattice_activation_bytes(model, options, part, deferred);
     const double slots = double(
         lattice_activation_slots(layout.schedule, layout.pp, m, layout.virtual_stages, stage));

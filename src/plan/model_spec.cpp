@@ -87,14 +87,4 @@ ParameterCounts count_parameters(const ModelSpec& spec, bool use_padded_vocab) {
   return counts;
 }
 
-std::string_view norm_name(NormKind kind) {
-  return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
-}
-std::string_view position_name(PositionKind kind) {
-  return kind == PositionKind::kLearned ? "learned" : "rope";
-}
-std::string_view mlp_name(MlpKind kind) {
-  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
-}
-
 }  // namespace lattice::plan

@@ -9,11 +9,17 @@
 #include <string>
 #include <string_view>
 
+#include "spec/model_kinds.h"
+
 namespace lattice::plan {
 
-enum class NormKind { kLayerNorm, kRmsNorm };
-enum class PositionKind { kLearned, kRope };
-enum class MlpKind { kGelu, kSwiglu };
+// The model's switches are the runtime's own (spec/model_kinds.h).
+using lattice::mlp_name;
+using lattice::MlpKind;
+using lattice::norm_name;
+using lattice::NormKind;
+using lattice::position_name;
+using lattice::PositionKind;
 
 struct ModelSpec {
   std::string name;
@@ -59,9 +65,5 @@ struct ParameterCounts {
 // use_padded_vocab: count the stored table (true, for memory) or the tokenizer's V (false, the
 // convention of published parameter counts).
 ParameterCounts count_parameters(const ModelSpec& spec, bool use_padded_vocab = true);
-
-std::string_view norm_name(NormKind kind);
-std::string_view position_name(PositionKind kind);
-std::string_view mlp_name(MlpKind kind);
 
 }  // namespace lattice::plan

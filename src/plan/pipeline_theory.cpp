@@ -11,9 +11,9 @@ double bubble_ratio(Schedule schedule, int64_t p, int64_t m, int64_t v) {
     case Schedule::kOneFOneB:
     case Schedule::kGpipe:
       return idle / double(m);
-    case Schedule::kInterleaved:
+    case Schedule::kInterleaved1F1B:
       return idle / double(v * m);
-    case Schedule::kZbH1:
+    case Schedule::kZeroBubbleH1:
       return idle / (3.0 * double(m));
   }
   return idle / double(m);
@@ -28,11 +28,11 @@ int64_t chunks_in_flight(Schedule schedule, int64_t p, int64_t m, int64_t v, int
   if (p <= 1) return 1;  // gradient accumulation: one micro-batch's forward, then its backward
   switch (schedule) {
     case Schedule::kOneFOneB:
-    case Schedule::kZbH1:
+    case Schedule::kZeroBubbleH1:
       return std::min(m, p - stage);
     case Schedule::kGpipe:
       return m;
-    case Schedule::kInterleaved:
+    case Schedule::kInterleaved1F1B:
       return std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
   }
   return m;

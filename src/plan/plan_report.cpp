@@ -122,7 +122,7 @@ nlohmann::json to_json(const Layout& l) {
           {"micro_batch", l.micro_batch},
           {"recompute", recompute_name(l.recompute)},
           {"sequence_parallel", l.sequence_parallel},
-          {"schedule", schedule_name(l.schedule)}};
+          {"schedule", schedule_kind_name(l.schedule)}};
 }
 
 nlohmann::json to_json(const MemoryBreakdown& m) {

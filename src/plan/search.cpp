@@ -119,7 +119,7 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
         schedules.push_back({Schedule::kOneFOneB, c.virtual_stages.value_or(1)});
       } else {
         for (Schedule s : c.schedules) {
-          if (s != Schedule::kInterleaved) {
+          if (s != Schedule::kInterleaved1F1B) {
             if (!c.virtual_stages || *c.virtual_stages == 1) schedules.push_back({s, 1});
             continue;
           }

@@ -21,8 +21,8 @@ struct SearchConstraints {
   int64_t max_virtual_stages = 8;  // largest v tried for the interleaved schedule
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<int> zero_stages = {0, 1, 2, 3};
-  std::vector<Schedule> schedules = {Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kGpipe,
-                                     Schedule::kZbH1};
+  std::vector<Schedule> schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B,
+                                     Schedule::kGpipe, Schedule::kZeroBubbleH1};
   int top_k = 5;
 };
 

@@ -104,8 +104,8 @@ std::string validation_layout_name(const Layout& layout) {
   if (layout.zero > 0) parts.push_back(fmt::format("zero{}", layout.zero));
   if (layout.pp > 1) {
     if (layout.schedule == Schedule::kGpipe) parts.push_back("gpipe");
-    if (layout.schedule == Schedule::kZbH1) parts.push_back("zb");
-    if (layout.schedule == Schedule::kInterleaved)
+    if (layout.schedule == Schedule::kZeroBubbleH1) parts.push_back("zb");
+    if (layout.schedule == Schedule::kInterleaved1F1B)
       parts.push_back(fmt::format("v{}", layout.virtual_stages));
   }
   if (layout.recompute == Recompute::kSelective) parts.push_back("rc-sel");
@@ -160,10 +160,10 @@ Layout parse_validation_layout(const std::string& text) {
     } else if (starts("1f1b")) {
       schedule(Schedule::kOneFOneB, 4);
     } else if (starts("zb")) {
-      schedule(Schedule::kZbH1, starts("zb-h1") ? 5 : 2);
+      schedule(Schedule::kZeroBubbleH1, starts("zb-h1") ? 5 : 2);
     } else if (starts("v") && i + 1 < text.size() &&
                std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
-      schedule(Schedule::kInterleaved, 1);
+      schedule(Schedule::kInterleaved1F1B, 1);
       layout.virtual_stages = number(i);
     } else if (starts("rc-sel")) {
       i += 6;
@@ -234,7 +234,7 @@ nlohmann::json to_json(const LayoutValidation& v) {
           {"tp", v.layout.tp},
           {"pp", v.layout.pp},
           {"virtual_stages", v.layout.virtual_stages},
-          {"schedule", schedule_name(v.layout.schedule)},
+          {"schedule", schedule_kind_name(v.layout.schedule)},
           {"recompute", recompute_name(v.layout.recompute)},
           {"stage", v.stage},
           {"zero", v.layout.zero},

@@ -13,7 +13,7 @@
 #include "core/arena.h"
 #include "model/transformer.h"
 #include "parallel/device_mesh.h"
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 #include "train/train_config.h"
 
 namespace lattice {

@@ -7,21 +7,16 @@ namespace lattice {
 
 StagePartition partition_model(const ModelConfig& c, int stages, int virtual_stages,
                                const std::vector<int>& layers_per_chunk) {
-  const double C = double(c.d_model), F = double(c.d_ff), V = double(c.vocab_size);
-  const double KV = double(c.kv_width()), T = double(c.seq_len);
-  const double mlp_matrices = c.mlp == MlpKind::kSwiglu ? 3.0 : 2.0;
-  // Per token: 2 FLOPs per weight of the layer's matrices, plus causal attention (≈ 2·T·C).
-  const double layer_weights = C * (C + 2 * KV) + C * C + mlp_matrices * C * F;
-  const StageCost layer{2.0 * layer_weights + 2.0 * T * C, layer_weights};
-  StagePartitionInput input;
-  input.layers.assign(size_t(c.n_layer), layer);
-  input.embedding = {0.0,
-                     V * C + (c.position == PositionKind::kLearned ? double(c.seq_len) * C : 0)};
-  input.head = {2.0 * C * V, c.tied_embeddings ? 0.0 : V * C};
-  input.stages = stages;
-  input.virtual_stages = virtual_stages;
-  return layers_per_chunk.empty() ? partition_stages(input)
-                                  : partition_stages(input, layers_per_chunk);
+  return partition_transformer({.n_layer = c.n_layer,
+                                .d_model = c.d_model,
+                                .d_ff = c.d_ff,
+                                .kv_width = c.kv_width(),
+                                .vocab_size = c.vocab_size,
+                                .seq_len = c.seq_len,
+                                .mlp = c.mlp,
+                                .position = c.position,
+                                .tied_embeddings = c.tied_embeddings},
+                               stages, virtual_stages, layers_per_chunk);
 }
 
 ModelPart stage_part(const StagePartition& partition, int stages, int stage) {

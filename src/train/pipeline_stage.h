@@ -7,13 +7,13 @@
 #include "data/token_loader.h"
 #include "model/transformer.h"
 #include "parallel/pipeline_runtime.h"
-#include "parallel/stage_partition.h"
+#include "spec/stage_partition.h"
+#include "spec/transformer_partition.h"
 
 namespace lattice {
 
-// The model cut into p·v chunks: balanced by the cost model (a layer's forward FLOPs per token;
-// the embedding costs no FLOPs but its table's memory; the head costs 2·C·V FLOPs and the
-// table's memory when untied), or by layers_per_chunk when given (p·v counts).
+// The model cut into p·v chunks (spec/transformer_partition.h, which the planner calls too):
+// balanced by the cost model, or by layers_per_chunk when given (p·v counts).
 StagePartition partition_model(const ModelConfig& config, int stages, int virtual_stages,
                                const std::vector<int>& layers_per_chunk = {});
 

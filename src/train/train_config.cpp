@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 
 namespace lattice {
 

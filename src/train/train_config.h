@@ -16,7 +16,7 @@
 #include "kernels/adamw.h"
 #include "model/config.h"
 #include "model/transformer.h"
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 
 namespace lattice {
 

@@ -60,7 +60,7 @@ TEST(Alternatives, FewMicroBatchesBlameTheBubble) {
                                  .pp = 8,
                                  .virtual_stages = 2,
                                  .micro_batch = 1,
-                                 .schedule = Schedule::kInterleaved});
+                                 .schedule = Schedule::kInterleaved1F1B});
   ASSERT_TRUE(best.feasible()) << best.rejection->message;
   // Keep the list alive: `find` points into it.
   const std::vector<Alternative> alts = explain_alternatives(s, best);

@@ -32,7 +32,7 @@ TEST(Rejections, PipelineStagesThatDoNotDivideTheLayers) {
   // 80 layers over 8 stages × 3 chunks.
   expect_rejected(
       testing::llama70b_on_1024_h100(),
-      {.dp = 16, .tp = 8, .pp = 8, .virtual_stages = 3, .schedule = Schedule::kInterleaved},
+      {.dp = 16, .tp = 8, .pp = 8, .virtual_stages = 3, .schedule = Schedule::kInterleaved1F1B},
       RejectReason::kDivisibility, "v 3");
 }
 
@@ -55,11 +55,11 @@ TEST(Rejections, ScheduleRules) {
                    .pp = 8,
                    .virtual_stages = 2,
                    .micro_batch = 16,
-                   .schedule = Schedule::kInterleaved},
+                   .schedule = Schedule::kInterleaved1F1B},
                   RejectReason::kSchedule, "multiple of pp 8");
   expect_rejected(s, {.dp = 16, .tp = 8, .pp = 8, .virtual_stages = 2}, RejectReason::kSchedule,
                   "interleaved");
-  expect_rejected(s, {.dp = 16, .tp = 8, .pp = 8, .schedule = Schedule::kInterleaved},
+  expect_rejected(s, {.dp = 16, .tp = 8, .pp = 8, .schedule = Schedule::kInterleaved1F1B},
                   RejectReason::kSchedule, "v ≥ 2");
 }
 

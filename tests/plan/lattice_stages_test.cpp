@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_runtime.h"
-#include "parallel/pipeline_schedule.h"
 #include "plan/model_presets.h"
+#include "spec/pipeline_schedule.h"
 #include "train/pipeline_stage.h"
 
 namespace lattice::plan {
@@ -70,11 +70,11 @@ TEST(LatticeStages, SlotsEqualTheRuntimesPeakInFlight) {
   const std::pair<ScheduleKind, Schedule> kinds[] = {
       {ScheduleKind::kGpipe, Schedule::kGpipe},
       {ScheduleKind::kOneFOneB, Schedule::kOneFOneB},
-      {ScheduleKind::kZeroBubbleH1, Schedule::kZbH1},
-      {ScheduleKind::kInterleaved1F1B, Schedule::kInterleaved}};
+      {ScheduleKind::kZeroBubbleH1, Schedule::kZeroBubbleH1},
+      {ScheduleKind::kInterleaved1F1B, Schedule::kInterleaved1F1B}};
   int compared = 0;
   for (const auto& [runtime_kind, kind] : kinds) {
-    const bool interleaved = kind == Schedule::kInterleaved;
+    const bool interleaved = kind == Schedule::kInterleaved1F1B;
     for (int p : {2, 3, 4, 8}) {
       for (int m : {1, 2, 3, 4, 6, 8, 16}) {
         for (int v : {1, 2, 3}) {
@@ -85,7 +85,7 @@ TEST(LatticeStages, SlotsEqualTheRuntimesPeakInFlight) {
             const int64_t runtime_slots =
                 std::min<int64_t>(activation_slots(schedule.per_rank[size_t(stage)]), m);
             EXPECT_EQ(lattice_activation_slots(kind, p, m, v, stage), runtime_slots)
-                << schedule_name(kind) << " p=" << p << " m=" << m << " v=" << v << " stage "
+                << schedule_kind_name(kind) << " p=" << p << " m=" << m << " v=" << v << " stage "
                 << stage;
             ++compared;
           }

@@ -108,7 +108,7 @@ TEST(MemoryModel, GpipeHoldsEveryMicroBatchAndInterleavingAFraction) {
   const double one_f_one_b = estimate_stage_memory(s, layout, 0).activations;
   layout.schedule = Schedule::kGpipe;
   EXPECT_DOUBLE_EQ(estimate_stage_memory(s, layout, 0).activations, one_f_one_b * 64 / 8);
-  layout.schedule = Schedule::kInterleaved;
+  layout.schedule = Schedule::kInterleaved1F1B;
   layout.virtual_stages = 2;
   EXPECT_DOUBLE_EQ(estimate_stage_memory(s, layout, 0).activations,
                    one_f_one_b * (1.0 + 7.0 / 16.0));

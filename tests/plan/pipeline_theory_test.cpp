@@ -11,8 +11,8 @@ namespace {
 TEST(PipelineTheory, BubbleRatiosAreTheSchedulesTheory) {
   EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kOneFOneB, 8, 32, 1), 7.0 / 32);
   EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kGpipe, 8, 32, 1), 7.0 / 32);
-  EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kInterleaved, 8, 32, 4), 7.0 / 128);
-  EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kZbH1, 8, 32, 1), 7.0 / 96);
+  EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kInterleaved1F1B, 8, 32, 4), 7.0 / 128);
+  EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kZeroBubbleH1, 8, 32, 1), 7.0 / 96);
   EXPECT_DOUBLE_EQ(bubble_ratio(Schedule::kOneFOneB, 1, 32, 1), 0.0);
   EXPECT_DOUBLE_EQ(bubble_share_of_step(Schedule::kOneFOneB, 4, 12, 1), 3.0 / 15);
 }
@@ -83,10 +83,10 @@ TEST(PipelineTheory, BubbleAndInFlightMatchASimulatedSchedule) {
     for (auto [p, m] : {std::pair<int64_t, int64_t>{2, 4}, {4, 4}, {4, 16}, {8, 3}, {6, 24}}) {
       Simulated sim = simulate(schedule, p, m);
       EXPECT_NEAR(sim.bubble_ratio, bubble_ratio(schedule, p, m, 1), 1e-12)
-          << schedule_name(schedule) << " p=" << p << " m=" << m;
+          << schedule_kind_name(schedule) << " p=" << p << " m=" << m;
       for (int64_t s = 0; s < p; ++s) {
         EXPECT_EQ(sim.peak_in_flight[s], chunks_in_flight(schedule, p, m, 1, s))
-            << schedule_name(schedule) << " p=" << p << " m=" << m << " stage " << s;
+            << schedule_kind_name(schedule) << " p=" << p << " m=" << m << " stage " << s;
       }
     }
   }
@@ -96,12 +96,12 @@ TEST(PipelineTheory, InterleavedFirstStageHoldsKorthikantisFactor) {
   // l·(1 + (p−1)/(p·v)) layers' worth on stage 0, in chunks of l/(p·v) layers.
   const int64_t p = 8, v = 3, l = 96, m = 64;
   const double layers =
-      double(chunks_in_flight(Schedule::kInterleaved, p, m, v, 0)) * double(l) / double(p * v);
+      double(chunks_in_flight(Schedule::kInterleaved1F1B, p, m, v, 0)) * double(l) / double(p * v);
   EXPECT_DOUBLE_EQ(layers, double(l) * (1.0 + double(p - 1) / double(p * v)));
   // Fewer micro-batches than the warm-up cap everything at m·v chunks.
-  EXPECT_EQ(chunks_in_flight(Schedule::kInterleaved, 8, 2, 3, 0), 6);
+  EXPECT_EQ(chunks_in_flight(Schedule::kInterleaved1F1B, 8, 2, 3, 0), 6);
   // The last stage holds the fewest.
-  EXPECT_EQ(chunks_in_flight(Schedule::kInterleaved, p, m, v, p - 1), (v - 1) * p + 1);
+  EXPECT_EQ(chunks_in_flight(Schedule::kInterleaved1F1B, p, m, v, p - 1), (v - 1) * p + 1);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ TEST(Search, FixingEveryDimensionEvaluatesOneLayout) {
   ASSERT_EQ(r.evaluated, 1);
   ASSERT_EQ(r.ranked.size(), 1u);
   const Layout& l = r.ranked.front().layout;
-  EXPECT_EQ(l.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(l.schedule, Schedule::kInterleaved1F1B);
   EXPECT_EQ(l.virtual_stages, 5);
   EXPECT_TRUE(l.sequence_parallel);
 }

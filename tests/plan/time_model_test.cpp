@@ -28,7 +28,7 @@ TEST(TimeModel, StepIsTheSumOfItsParts) {
                       .micro_batch = 1,
                       .recompute = Recompute::kSelective,
                       .sequence_parallel = true,
-                      .schedule = Schedule::kInterleaved};
+                      .schedule = Schedule::kInterleaved1F1B};
   const TimeBreakdown t = estimate_time(s, layout);
   // The pipeline part (m · slowest stage + bubble) plus exposed dp traffic plus the optimizer;
   // the last stage is the slowest (it owns the output layer), so the per-part sums add up.
@@ -36,7 +36,7 @@ TEST(TimeModel, StepIsTheSumOfItsParts) {
               t.forward + t.backward + t.recompute + t.tp_communication + t.pp_communication +
                   t.bubble + t.dp_communication + t.optimizer,
               1e-9 * t.step);
-  EXPECT_DOUBLE_EQ(t.bubble_ratio, bubble_ratio(Schedule::kInterleaved, 8, 64, 5));
+  EXPECT_DOUBLE_EQ(t.bubble_ratio, bubble_ratio(Schedule::kInterleaved1F1B, 8, 64, 5));
   EXPECT_EQ(t.tp_link, Transport::kIntraNode);
   EXPECT_EQ(t.dp_link, Transport::kInterNode);
   EXPECT_LE(t.dp_communication, t.dp_communication_total);

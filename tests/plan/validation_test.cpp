@@ -235,9 +235,9 @@ ScheduleKind runtime_schedule(Schedule schedule) {
   switch (schedule) {
     case Schedule::kGpipe:
       return ScheduleKind::kGpipe;
-    case Schedule::kInterleaved:
+    case Schedule::kInterleaved1F1B:
       return ScheduleKind::kInterleaved1F1B;
-    case Schedule::kZbH1:
+    case Schedule::kZeroBubbleH1:
       return ScheduleKind::kZeroBubbleH1;
     case Schedule::kOneFOneB:
       break;
@@ -533,7 +533,7 @@ TEST(ValidationLayouts, NamesParseAndPrint) {
   const Layout pipeline = parse_validation_layout("pp2+v2+mb2");
   EXPECT_EQ(pipeline.pp, 2);
   EXPECT_EQ(pipeline.virtual_stages, 2);
-  EXPECT_EQ(pipeline.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(pipeline.schedule, Schedule::kInterleaved1F1B);
   EXPECT_EQ(pipeline.micro_batch, 2);
   EXPECT_EQ(validation_layout_name(pipeline), "pp2 v2");
   EXPECT_EQ(parse_validation_layout("pp2").schedule, Schedule::kOneFOneB);

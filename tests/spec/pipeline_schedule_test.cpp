@@ -2,8 +2,8 @@
 // validates, its simulated idle time equals what the schedule's theory says under unit costs,
 // and its peak in-flight micro-batches equal the paper's bound; broken lists are refused with
 // the rank and instruction named.
-#include "parallel/pipeline_schedule.h"
-#include "parallel/schedule_grid.h"
+#include "spec/pipeline_schedule.h"
+#include "spec/schedule_grid.h"
 
 #include <gtest/gtest.h>
 

@@ -23,7 +23,8 @@ enum class ScheduleKind {
 };
 
 std::string_view schedule_kind_name(ScheduleKind kind);
-// ConfigError listing the valid names when `name` is none of them.
+// ConfigError listing the valid names when `name` is none of them ("interleaved" is taken for
+// interleaved-1f1b).
 ScheduleKind parse_schedule_kind(std::string_view name);
 
 enum class Op {
@@ -76,6 +77,10 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v);
 // order, with their receives and sends; no backward, no reduce-grads, no optimizer-step. Any
 // v >= 1 (the chunks of every schedule). ConfigError unless p, m, v >= 1.
 Schedule make_forward_schedule(int p, int m, int v);
+
+// Activation slots a stage needs for `program`: the most micro-batch chunks alive at once, from
+// their forward until their backward (or its weight part, which still reads the activations).
+int activation_slots(const std::vector<Instruction>& program);
 
 // Micro-batches whose forward has run and whose backward (input part) has not, at the peak of
 // each rank's list, counted per (micro-batch, chunk): one unit holds the activations of 1/v of a

@@ -1,7 +1,7 @@
 // Stage partition: layers split over p·v chunks so the slowest chunk is as fast as possible
 // within a memory cap, the embedding and head counted on their chunks, ties towards earlier
 // chunks; plus the validated manual override.
-#include "parallel/stage_partition.h"
+#include "spec/stage_partition.h"
 
 #include <gtest/gtest.h>
 

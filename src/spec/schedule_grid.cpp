@@ -1,4 +1,4 @@
-#include "parallel/schedule_grid.h"
+#include "spec/schedule_grid.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 
 #include <fmt/format.h>
 
@@ -210,6 +210,8 @@ std::string_view schedule_kind_name(ScheduleKind kind) {
 ScheduleKind parse_schedule_kind(std::string_view name) {
   for (const auto& [kind, known] : kScheduleNames)
     if (known == name) return kind;
+  // The planner's earlier spelling, still accepted (`lattice plan --schedule interleaved`).
+  if (name == "interleaved") return ScheduleKind::kInterleaved1F1B;
   LATTICE_THROW(ConfigError,
                 "unknown pipeline schedule '{}' ---> HINT: use one of gpipe, 1f1b, "
                 "interleaved-1f1b, zb-h1",
@@ -325,6 +327,15 @@ Schedule make_forward_schedule(int p, int m, int v) {
     schedule.per_rank.push_back(with_communication(order, r, p, v));
   }
   return schedule;
+}
+
+int activation_slots(const std::vector<Instruction>& program) {
+  int live = 0, peak = 0;
+  for (const Instruction& in : program) {
+    if (in.op == Op::kForward) peak = std::max(peak, ++live);
+    if (in.op == Op::kBackward || in.op == Op::kBackwardWeight) --live;
+  }
+  return std::max(peak, 1);
 }
 
 std::vector<int> peak_in_flight(const Schedule& schedule) {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "parallel/pipeline_schedule.h"
+#include "spec/pipeline_schedule.h"
 
 namespace lattice {
 

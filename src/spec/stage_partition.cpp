@@ -1,4 +1,4 @@
-#include "parallel/stage_partition.h"
+#include "spec/stage_partition.h"
 
 #include <fmt/format.h>
 
