@@ -20,9 +20,9 @@
 #include "core/error.h"
 #include "model/model_description.h"
 #include "parallel/device_mesh.h"
+#include "parallel/zero_shards.h"
 #include "spec/pipeline_schedule.h"
 #include "spec/schedule_grid.h"
-#include "parallel/zero_shards.h"
 #include "train/pipeline_stage.h"
 #include "train/train_config.h"
 
