@@ -318,6 +318,8 @@ Schedule make_forward_schedule(int p, int m, int v) {
                   "must all be >= 1",
                   p, m, v);
   }
+  // GPipe's forward half: the kind only labels the lists (no kind of its own, so that no
+  // training run can name a schedule without backwards).
   Schedule schedule{ScheduleKind::kGpipe, p, m, v, {}};
   for (int r = 0; r < p; ++r) {
     std::vector<Instruction> order;

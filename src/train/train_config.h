@@ -15,7 +15,7 @@
 #include "data/data_position.h"
 #include "kernels/adamw.h"
 #include "model/config.h"
-#include "model/transformer.h"
+#include "spec/model_kinds.h"
 #include "spec/pipeline_schedule.h"
 
 namespace lattice {
