@@ -88,6 +88,30 @@ CheckpointInfo info_from_state(const nlohmann::json& state, const fs::path& file
   }
 }
 
+// The earlier single-rank format into a model and optimizer that hold everything.
+TrainingState load_legacy_checkpoint(const fs::path& dir, Transformer& model, AdamW& optimizer) {
+  expect_whole_store_moments(optimizer, "loading a format-1 checkpoint");
+  expect_unsharded_model(model.registry(), "loading a format-1 checkpoint",
+                         "load it on one rank and save it again in the sharded format");
+  const CheckpointInfo info = info_from_state(read_legacy_state(dir), dir / "state.json");
+  ParameterStore& store = model.parameters();
+  const auto& specs = model.registry().specs();
+  SafetensorsReader weights(dir / "model.safetensors");
+  for (int i = 0; i < int(specs.size()); ++i) weights.read(specs[size_t(i)].name, store.master(i));
+  store.refresh_compute_copy();
+  SafetensorsReader moments(dir / "optimizer.safetensors");
+  for (const ParameterSpec& spec : specs) {
+    moments.read(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
+    moments.read(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
+  }
+  TrainingState state;
+  state.step = info.step;
+  state.lr_step = info.step;
+  state.seed = info.seed;
+  optimizer.set_steps_taken(state.step);
+  return state;
+}
+
 }  // namespace
 
 bool is_legacy_checkpoint(const fs::path& dir) {
@@ -145,11 +169,10 @@ Manifest training_manifest(const TrainConfig& config, const Transformer& model,
   return manifest;
 }
 
-fs::path save_training_checkpoint(const fs::path& root, const TrainConfig& config,
+fs::path save_training_checkpoint(const CheckpointTarget& target, const TrainConfig& config,
                                   Transformer& model, AdamW& optimizer, const TrainingState& state,
                                   const CommitOptions& options) {
-  fs::create_directories(root);
-  return save_sharded_checkpoint(CheckpointRoot(root), training_manifest(config, model, state),
+  return save_sharded_checkpoint(target, training_manifest(config, model, state),
                                  model_optimizer_shards(model, optimizer), options);
 }
 
@@ -169,6 +192,7 @@ TrainingState training_state_from_manifest(const Manifest& manifest) {
 }
 
 TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, AdamW& optimizer) {
+  if (is_legacy_checkpoint(dir)) return load_legacy_checkpoint(dir, model, optimizer);
   CheckpointReader reader(dir);
   ParameterStore& store = model.parameters();
   const ParameterRegistry& registry = model.registry();
@@ -220,20 +244,6 @@ TrainingState load_training_checkpoint(const fs::path& dir, Transformer& model, 
   return state;
 }
 
-void save_checkpoint(const fs::path& dir, const TrainConfig& config, Transformer& model,
-                     AdamW& optimizer, int64_t step) {
-  const fs::path staging = dir.string() + ".tmp";
-  fs::remove_all(staging);
-  fs::create_directories(staging);
-  TrainingState state;
-  state.step = step;
-  state.lr_step = step;
-  state.seed = config.seed;
-  std::vector<RankWriteResult> results{
-      write_rank_shards(staging, 0, model_optimizer_shards(model, optimizer))};
-  commit_checkpoint_dir(staging, dir, training_manifest(config, model, state), results);
-}
-
 CheckpointInfo read_checkpoint_info(const fs::path& dir) {
   if (is_legacy_checkpoint(dir)) return info_from_state(read_legacy_state(dir), dir / "state.json");
   return info_from_state(read_manifest(dir).state, dir / kManifestFileName);
@@ -257,27 +267,6 @@ std::unique_ptr<Transformer> load_checkpoint_model(const fs::path& dir, Arena& a
   store.refresh_compute_copy();
   if (info_out != nullptr) *info_out = info;
   return model;
-}
-
-int64_t load_checkpoint_optimizer(const fs::path& dir, AdamW& optimizer) {
-  expect_whole_store_moments(optimizer, "load_checkpoint_optimizer");
-  CheckpointInfo info = read_checkpoint_info(dir);
-  const auto& specs = optimizer.store().registry().specs();
-  if (is_legacy_checkpoint(dir)) {
-    SafetensorsReader reader(dir / "optimizer.safetensors");
-    for (const ParameterSpec& spec : specs) {
-      reader.read(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
-      reader.read(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
-    }
-  } else {
-    CheckpointReader reader(dir);
-    for (const ParameterSpec& spec : specs) {
-      reader.read_global(exp_avg_name(spec.name), moment_of(optimizer.m(), spec));
-      reader.read_global(exp_avg_sq_name(spec.name), moment_of(optimizer.v(), spec));
-    }
-  }
-  optimizer.set_steps_taken(info.step);
-  return info.step;
 }
 
 }  // namespace lattice

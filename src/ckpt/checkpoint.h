@@ -61,34 +61,31 @@ std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, in
 Manifest training_manifest(const TrainConfig& config, const Transformer& model,
                            const TrainingState& state, const CheckpointLayout& layout = {});
 
-// Writes <root>/step_N by the full commit protocol (shard_writer.h): updates `latest`,
-// prunes beyond options.keep_last.
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root,
+// Writes a checkpoint of a model and its optimizer into `target` (a checkpoint root's step_N,
+// or one directory: shard_writer.h) by the full commit protocol.
+std::filesystem::path save_training_checkpoint(const CheckpointTarget& target,
                                                const TrainConfig& config, Transformer& model,
                                                AdamW& optimizer, const TrainingState& state,
                                                const CommitOptions& options = {});
+
 // Verifies the checkpoint, loads master weights and moments into `model` and `optimizer`
 // (shapes and dtypes must match: errors list both) and returns the training state. Any layout
 // loads any other: each rank reads its local shard of every parameter (all of it, also under
 // ZeRO, whose master weights are replicated) and the moments of its optimizer range, from
-// every saved box only the part it needs.
+// every saved box only the part it needs. A directory of the earlier single-rank format loads
+// into a model and optimizer that hold everything (its state: the step, with lr_step = step).
 TrainingState load_training_checkpoint(const std::filesystem::path& dir, Transformer& model,
                                        AdamW& optimizer);
 TrainingState training_state_from_manifest(const Manifest& manifest);
 
-// Writes the sharded format into `dir` itself (staged in "<dir>.tmp", committed with a
-// manifest; an existing `dir` is replaced only once the new one is complete).
-void save_checkpoint(const std::filesystem::path& dir, const TrainConfig& config,
-                     Transformer& model, AdamW& optimizer, int64_t step);
 // A directory of the earlier single-rank format: state.json and no manifest.
 bool is_legacy_checkpoint(const std::filesystem::path& dir);
 // Reads the manifest (or a legacy state.json); IoError naming the file and the fix when it is
 // missing or malformed.
 CheckpointInfo read_checkpoint_info(const std::filesystem::path& dir);
-// Builds the model of the checkpoint and loads its weights (compute dtype as trained).
+// The model alone (lattice sample, export): builds the model of the checkpoint and loads its
+// weights (compute dtype as trained).
 std::unique_ptr<Transformer> load_checkpoint_model(const std::filesystem::path& dir, Arena& arena,
                                                    CheckpointInfo* info = nullptr);
-// Loads the optimizer moments and returns the step (for resuming on one rank).
-int64_t load_checkpoint_optimizer(const std::filesystem::path& dir, AdamW& optimizer);
 
 }  // namespace lattice

@@ -63,15 +63,12 @@ std::vector<std::string> all_gather_strings(Communicator& world, const std::stri
   return out;
 }
 
-namespace {
-
-// The protocol for any target: `prepare` makes the empty staging directory (world rank 0),
-// every rank writes its file into it, `commit` turns the gathered results into the committed
-// checkpoint (world rank 0). Each phase's outcome reaches every rank.
-template <class Prepare, class Commit>
-void save_collectively(Communicator& world, const fs::path& staging, const fs::path& target,
-                       const std::vector<OwnedShard>& shards, const CommitOptions& options,
-                       Prepare prepare, Commit commit) {
+fs::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manifest,
+                                 const std::vector<OwnedShard>& shards, Communicator& world,
+                                 const CommitOptions& options) {
+  const int64_t step = manifest.step;
+  const fs::path staging = target.staging_dir(step);
+  const fs::path committed = target.committed_dir(step);
   const bool lead = world.rank() == 0;
   const std::chrono::milliseconds timeout = options.peer_timeout;
   auto abandon = [&] {  // only the staging directory, never a committed checkpoint
@@ -81,8 +78,13 @@ void save_collectively(Communicator& world, const fs::path& staging, const fs::p
   };
 
   std::string error;
-  if (lead) error = capture_error(prepare);
-  expect_all_succeeded(world, error, "preparing the staging directory", target, timeout);
+  if (lead) {
+    error = capture_error([&] {
+      target.prepare_staging(step);
+      if (options.hook) options.hook(CommitStage::kStagingCreated);
+    });
+  }
+  expect_all_succeeded(world, error, "preparing the staging directory", committed, timeout);
 
   std::string result;
   error = capture_error([&] {
@@ -90,7 +92,7 @@ void save_collectively(Communicator& world, const fs::path& staging, const fs::p
     result = rank_write_result_to_json(write_rank_shards(staging, world.rank(), shards)).dump();
   });
   try {
-    expect_all_succeeded(world, error, "writing shards", target, timeout);
+    expect_all_succeeded(world, error, "writing shards", committed, timeout);
   } catch (const IoError&) {
     abandon();
     throw;
@@ -104,46 +106,12 @@ void save_collectively(Communicator& world, const fs::path& staging, const fs::p
       for (const std::string& text : results) {
         parsed.push_back(rank_write_result_from_json(nlohmann::json::parse(text)));
       }
-      commit(std::move(parsed));
+      target.commit(std::move(manifest), parsed, options);
     });
     if (!error.empty()) abandon();
   }
-  expect_all_succeeded(world, error, "the commit", target, timeout);
-}
-
-}  // namespace
-
-fs::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
-                                 const std::vector<OwnedShard>& shards, Communicator& world,
-                                 const CommitOptions& options) {
-  const int64_t step = manifest.step;
-  save_collectively(
-      world, root.staging_dir(step), root.step_dir(step), shards, options,
-      [&] {
-        fs::create_directories(root.path());
-        root.prepare_staging(step);
-        if (options.hook) options.hook(CommitStage::kStagingCreated);
-      },
-      [&](std::vector<RankWriteResult> results) {
-        root.commit(std::move(manifest), results, options);
-      });
-  return root.step_dir(step);
-}
-
-void save_sharded_checkpoint_dir(const fs::path& dir, Manifest manifest,
-                                 const std::vector<OwnedShard>& shards, Communicator& world,
-                                 const CommitOptions& options) {
-  const fs::path staging = dir.string() + ".tmp";
-  save_collectively(
-      world, staging, dir, shards, options,
-      [&] {
-        fs::remove_all(staging);
-        fs::create_directories(staging);
-        if (options.hook) options.hook(CommitStage::kStagingCreated);
-      },
-      [&](std::vector<RankWriteResult> results) {
-        commit_checkpoint_dir(staging, dir, std::move(manifest), results, options);
-      });
+  expect_all_succeeded(world, error, "the commit", committed, timeout);
+  return committed;
 }
 
 }  // namespace lattice

@@ -23,18 +23,12 @@
 
 namespace lattice {
 
-// `shards`: what this rank owns (a replicated tensor from its owner only). Returns
-// <root>/step_<manifest.step> on every rank. CommitOptions::hook is called on world rank 0.
-std::filesystem::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+// `shards`: what this rank owns (a replicated tensor from its owner only). Returns the committed
+// directory (target.committed_dir) on every rank. CommitOptions::hook is called on world rank 0.
+std::filesystem::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manifest,
                                               const std::vector<OwnedShard>& shards,
                                               Communicator& world,
                                               const CommitOptions& options = {});
-
-// The same into directory `dir` itself (staged in "<dir>.tmp"; an existing `dir` is replaced only
-// once the new one is complete): save_checkpoint's target, e.g. a run's "final".
-void save_sharded_checkpoint_dir(const std::filesystem::path& dir, Manifest manifest,
-                                 const std::vector<OwnedShard>& shards, Communicator& world,
-                                 const CommitOptions& options = {});
 
 // The phases' shared step, for savers that spread the phases over time (async_saver.h): every
 // rank passes its outcome of `phase` ("" on success, else why it failed); when any failed, every

@@ -175,6 +175,10 @@ std::string_view commit_stage_name(CommitStage stage) {
   return "?";
 }
 
+namespace {
+
+// Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.
+// An existing `target` is replaced only after the new one is complete.
 void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Manifest manifest,
                            const std::vector<RankWriteResult>& results,
                            const CommitOptions& options) {
@@ -206,6 +210,8 @@ void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Mani
   fsync_dir(parent);
   call_hook(options, CommitStage::kDirectoryRenamed);
 }
+
+}  // namespace
 
 CheckpointRoot::CheckpointRoot(fs::path root) : root_(std::move(root)) {}
 
@@ -280,15 +286,58 @@ std::optional<int64_t> CheckpointRoot::latest_step() const {
   return parse_step_name(name);
 }
 
-fs::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+CheckpointTarget::CheckpointTarget(fs::path root) : CheckpointTarget(CheckpointRoot(root), false) {}
+
+CheckpointTarget::CheckpointTarget(CheckpointRoot root)
+    : CheckpointTarget(std::move(root), false) {}
+
+CheckpointTarget::CheckpointTarget(CheckpointRoot root, bool fixed_directory)
+    : root_(std::move(root)), fixed_directory_(fixed_directory) {}
+
+CheckpointTarget CheckpointTarget::directory(fs::path dir) {
+  return CheckpointTarget(CheckpointRoot(std::move(dir)), true);
+}
+
+fs::path CheckpointTarget::committed_dir(int64_t step) const {
+  return fixed_directory_ ? root_.path() : root_.step_dir(step);
+}
+
+fs::path CheckpointTarget::staging_dir(int64_t step) const {
+  return fixed_directory_ ? fs::path(root_.path().string() + ".tmp") : root_.staging_dir(step);
+}
+
+fs::path CheckpointTarget::prepare_staging(int64_t step) const {
+  if (!fixed_directory_) return root_.prepare_staging(step);
+  const fs::path staging = staging_dir(step);
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) {
+    LATTICE_THROW(IoError,
+                  "cannot create checkpoint staging directory '{}': {} ---> HINT: check that "
+                  "the directory is writable",
+                  staging.string(), ec.message());
+  }
+  return staging;
+}
+
+fs::path CheckpointTarget::commit(Manifest manifest, const std::vector<RankWriteResult>& results,
+                                  const CommitOptions& options) const {
+  if (!fixed_directory_) return root_.commit(std::move(manifest), results, options);
+  const fs::path target = committed_dir(manifest.step);
+  commit_checkpoint_dir(staging_dir(manifest.step), target, std::move(manifest), results, options);
+  return target;
+}
+
+fs::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manifest,
                                  const std::vector<OwnedShard>& shards,
                                  const CommitOptions& options) {
-  const fs::path staging = root.prepare_staging(manifest.step);
+  const fs::path staging = target.prepare_staging(manifest.step);
   call_hook(options, CommitStage::kStagingCreated);
   if (options.before_write) options.before_write(0);
   std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
   call_hook(options, CommitStage::kShardsWritten);
-  return root.commit(std::move(manifest), results, options);
+  return target.commit(std::move(manifest), results, options);
 }
 
 }  // namespace lattice

@@ -92,14 +92,6 @@ struct CommitOptions {
   bool record_writes = false;
 };
 
-// Writes the manifest into `staging` (merging `results`) and renames `staging` to `target`.
-// An existing `target` is replaced only after the new one is complete. A checkpoint directory
-// outside any root (save_checkpoint's) is committed this way too.
-void commit_checkpoint_dir(const std::filesystem::path& staging,
-                           const std::filesystem::path& target, Manifest manifest,
-                           const std::vector<RankWriteResult>& results,
-                           const CommitOptions& options = {});
-
 // A directory of checkpoints step_N plus the `latest` pointer.
 class CheckpointRoot {
  public:
@@ -125,8 +117,33 @@ class CheckpointRoot {
   std::filesystem::path root_;
 };
 
-// One rank holding everything (today's single-process case): phases 1 and 2 in one call.
-std::filesystem::path save_sharded_checkpoint(const CheckpointRoot& root, Manifest manifest,
+// Where a save commits, the one destination every save takes: by default the step_N directory
+// of a checkpoint root (updating `latest`, pruning beyond keep_last), or with `directory` one
+// directory itself (a run's "final": staged in "<dir>.tmp"; an existing one is replaced only once
+// the new one is complete, and no `latest` is written).
+class CheckpointTarget {
+ public:
+  CheckpointTarget(std::filesystem::path root);  // NOLINT(google-explicit-constructor): a root
+  CheckpointTarget(CheckpointRoot root);         // NOLINT(google-explicit-constructor)
+  static CheckpointTarget directory(std::filesystem::path dir);
+
+  std::filesystem::path committed_dir(int64_t step) const;
+  std::filesystem::path staging_dir(int64_t step) const;
+  // Creates an empty staging directory for `step` (and its parents; a stale one is removed).
+  std::filesystem::path prepare_staging(int64_t step) const;
+  // Writes the manifest (merging `results`) and makes the staged step the committed directory.
+  std::filesystem::path commit(Manifest manifest, const std::vector<RankWriteResult>& results,
+                               const CommitOptions& options = {}) const;
+
+ private:
+  CheckpointTarget(CheckpointRoot root, bool fixed_directory);
+
+  CheckpointRoot root_;  // the root, or for a fixed directory the directory itself
+  bool fixed_directory_ = false;
+};
+
+// One rank holding everything: phases 1 and 2 in one call. Returns the committed directory.
+std::filesystem::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manifest,
                                               const std::vector<OwnedShard>& shards,
                                               const CommitOptions& options = {});
 

@@ -70,52 +70,16 @@ void expect_world_of(const Trainer& trainer, int world_size) {
   }
 }
 
-namespace {
-
-// Calls save(manifest, shards, world) with what this rank of the trainer owns; `world` is
-// nullptr on a single rank.
-template <class Save>
-void save_trainer_shards(Trainer& trainer, Communicator* world, Save save) {
+fs::path save_trainer_checkpoint(const CheckpointTarget& target, Trainer& trainer,
+                                 Communicator* world, const CommitOptions& options) {
   const int world_size = world == nullptr ? 1 : world->size();
   expect_world_of(trainer, world_size);
   Arena scratch("ckpt-save");
-  std::vector<OwnedShard> shards = trainer_shards(trainer, scratch);
-  save(trainer_manifest(trainer), shards, world_size == 1 ? nullptr : world);
-}
-
-}  // namespace
-
-fs::path save_trainer_checkpoint(const fs::path& root, Trainer& trainer, Communicator* world,
-                                 const CommitOptions& options) {
-  fs::path dir;
-  save_trainer_shards(
-      trainer, world,
-      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
-        if (group == nullptr) {
-          fs::create_directories(root);
-          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, options);
-        } else {
-          dir = save_sharded_checkpoint(CheckpointRoot(root), std::move(manifest), shards, *group,
-                                        options);
-        }
-      });
-  return dir;
-}
-
-void save_trainer_checkpoint_dir(const fs::path& dir, Trainer& trainer, Communicator* world) {
-  save_trainer_shards(
-      trainer, world,
-      [&](Manifest manifest, const std::vector<OwnedShard>& shards, Communicator* group) {
-        if (group != nullptr) {
-          save_sharded_checkpoint_dir(dir, std::move(manifest), shards, *group);
-          return;
-        }
-        const fs::path staging = dir.string() + ".tmp";
-        fs::remove_all(staging);
-        fs::create_directories(staging);
-        std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
-        commit_checkpoint_dir(staging, dir, std::move(manifest), results);
-      });
+  const std::vector<OwnedShard> shards = trainer_shards(trainer, scratch);
+  if (world_size == 1) {
+    return save_sharded_checkpoint(target, trainer_manifest(trainer), shards, options);
+  }
+  return save_sharded_checkpoint(target, trainer_manifest(trainer), shards, *world, options);
 }
 
 namespace {

@@ -28,16 +28,15 @@ Manifest trainer_manifest(Trainer& trainer);
 std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch);
 // ConfigError unless `world_size` is the trainer's dp × tp × pp.
 void expect_world_of(const Trainer& trainer, int world_size);
-// Saves <root>/step_N of a running trainer. `world`: every rank of the run (the pp × dp × tp
-// mesh's world group), each calling this at the same step; nullptr for a single rank. Each rank
-// writes trainer_shards into rank_<world rank>.safetensors; world rank 0 commits
-// (collective_save.h). Returns the committed directory on every rank.
-std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, Trainer& trainer,
+// Saves a running trainer into `target` (a checkpoint root's step_N, or one directory such as a
+// run's "final": shard_writer.h). `world`: every rank of the run (the pp × dp × tp mesh's world
+// group), each calling this at the same step; nullptr for a single rank. Each rank writes
+// trainer_shards into rank_<world rank>.safetensors; world rank 0 commits (collective_save.h).
+// Returns the committed directory on every rank.
+std::filesystem::path save_trainer_checkpoint(const CheckpointTarget& target, Trainer& trainer,
                                               Communicator* world,
                                               const CommitOptions& options = {});
-// The same into directory `dir` itself (like save_checkpoint: a run's "final"), on every rank.
-void save_trainer_checkpoint_dir(const std::filesystem::path& dir, Trainer& trainer,
-                                 Communicator* world);
+
 // The config keys a resume must keep, with this trainer's values: everything that changes the
 // math of the steps still to come (batch and sequence, data stream, seed, LR schedule,
 // optimizer, precision). The layout is not among them: any layout resumes any other.

@@ -368,7 +368,8 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   print_memory_peaks(mesh, arena);
   if (!config.out_dir.empty()) {
     const std::filesystem::path dir = std::filesystem::path(config.out_dir) / "final";
-    save_trainer_checkpoint_dir(dir, trainer, &mesh.world());  // every rank writes its part
+    save_trainer_checkpoint(CheckpointTarget::directory(dir), trainer,
+                            &mesh.world());  // every rank writes its part
     if (lead) fmt::print("checkpoint written to {}\n", dir.string());
   }
   if (!args.trace.empty()) {

@@ -329,9 +329,16 @@ TEST(Checkpoint, SaveThenLoadRestoresWeightsMomentsAndStep) {
               0.0f, 0.1f);
   optimizer.step(1e-3f);
   optimizer.step(1e-3f);
-  save_checkpoint(dir, config, model, optimizer, 2);
-  save_checkpoint(dir, config, model, optimizer, 2);  // overwriting keeps one valid checkpoint
+  TrainingState state;
+  state.step = 2;
+  state.lr_step = 2;
+  state.seed = config.seed;
+  const CheckpointTarget target = CheckpointTarget::directory(dir);
+  EXPECT_EQ(save_training_checkpoint(target, config, model, optimizer, state), dir);
+  // Overwriting keeps one valid checkpoint, and a fixed directory gets no `latest` beside it.
+  save_training_checkpoint(target, config, model, optimizer, state);
   EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+  EXPECT_FALSE(fs::exists(dir.parent_path() / "latest"));
 
   CheckpointInfo info;
   std::unique_ptr<Transformer> loaded = load_checkpoint_model(dir, arena, &info);
@@ -344,7 +351,7 @@ TEST(Checkpoint, SaveThenLoadRestoresWeightsMomentsAndStep) {
       0);
   EXPECT_EQ(logits_of(*loaded), logits_of(model));
   AdamW restored(loaded->parameters(), arena, config.adam);
-  EXPECT_EQ(load_checkpoint_optimizer(dir, restored), 2);
+  EXPECT_EQ(load_training_checkpoint(dir, *loaded, restored), state);
   EXPECT_EQ(std::memcmp(restored.v().raw_data(), optimizer.v().raw_data(), optimizer.v().nbytes()),
             0);
 }

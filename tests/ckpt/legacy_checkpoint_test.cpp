@@ -1,5 +1,5 @@
 // Directories of the earlier single-rank format (state.json, model.safetensors,
-// optimizer.safetensors) still load through load_checkpoint_model / load_checkpoint_optimizer.
+// optimizer.safetensors) still load through load_checkpoint_model and load_training_checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -52,7 +52,11 @@ TEST(LegacyCheckpoint, FormatVersionOneStillLoads) {
   const Tensor& a = loaded->parameters().master();
   EXPECT_EQ(std::memcmp(a.raw_data(), model.parameters().master().raw_data(), a.nbytes()), 0);
   AdamW restored(loaded->parameters(), arena, config.adam);
-  EXPECT_EQ(load_checkpoint_optimizer(dir, restored), 1);
+  const TrainingState loaded_state = load_training_checkpoint(dir, *loaded, restored);
+  EXPECT_EQ(loaded_state.step, 1);
+  EXPECT_EQ(loaded_state.lr_step, 1);
+  EXPECT_EQ(loaded_state.seed, 9u);
+  EXPECT_EQ(restored.steps_taken(), 1);
   EXPECT_EQ(std::memcmp(restored.v().raw_data(), optimizer.v().raw_data(), optimizer.v().nbytes()),
             0);
 }

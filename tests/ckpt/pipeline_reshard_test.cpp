@@ -244,7 +244,7 @@ TEST(PipelineCheckpoint, AFinalDirectoryOfAThreeDimensionalRunHoldsEveryTensorOn
     Arena arena("rank");
     Trainer trainer(config, arena, layout.setup(mesh));
     trainer.train_step();
-    save_trainer_checkpoint_dir(dir, trainer, &world);
+    save_trainer_checkpoint(CheckpointTarget::directory(dir), trainer, &world);
     std::lock_guard lock(mutex);
     testing::contribute(trainer, state);
   });

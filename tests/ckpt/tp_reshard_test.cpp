@@ -266,7 +266,7 @@ TEST(TensorParallelCheckpoint, AFinalDirectoryOfADpTpZeroRunHoldsTheGatheredWeig
     Arena arena("rank");
     Trainer trainer(config, arena, {.dp = &mesh.dp(), .zero = 1, .threads = 1, .tp = &mesh.tp()});
     trainer.train_step();
-    save_trainer_checkpoint_dir(dir, trainer, &world);
+    save_trainer_checkpoint(CheckpointTarget::directory(dir), trainer, &world);
     std::lock_guard lock(mutex);
     testing::contribute(trainer, state);
   });
