@@ -211,6 +211,20 @@ void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Mani
   call_hook(options, CommitStage::kDirectoryRenamed);
 }
 
+// Creates `staging` empty (removing a stale one from a crash), with its parents.
+fs::path create_empty_staging(const fs::path& staging) {
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) {
+    LATTICE_THROW(IoError,
+                  "cannot create checkpoint staging directory '{}': {} ---> HINT: check "
+                  "that the checkpoint directory is writable",
+                  staging.string(), ec.message());
+  }
+  return staging;
+}
+
 }  // namespace
 
 CheckpointRoot::CheckpointRoot(fs::path root) : root_(std::move(root)) {}
@@ -224,17 +238,7 @@ fs::path CheckpointRoot::staging_dir(int64_t step) const {
 }
 
 fs::path CheckpointRoot::prepare_staging(int64_t step) const {
-  const fs::path staging = staging_dir(step);
-  std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  if (ec) {
-    LATTICE_THROW(IoError,
-                  "cannot create checkpoint staging directory '{}': {} ---> HINT: check "
-                  "that the checkpoint directory is writable",
-                  staging.string(), ec.message());
-  }
-  return staging;
+  return create_empty_staging(staging_dir(step));
 }
 
 fs::path CheckpointRoot::commit(Manifest manifest, const std::vector<RankWriteResult>& results,
@@ -307,18 +311,7 @@ fs::path CheckpointTarget::staging_dir(int64_t step) const {
 }
 
 fs::path CheckpointTarget::prepare_staging(int64_t step) const {
-  if (!fixed_directory_) return root_.prepare_staging(step);
-  const fs::path staging = staging_dir(step);
-  std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  if (ec) {
-    LATTICE_THROW(IoError,
-                  "cannot create checkpoint staging directory '{}': {} ---> HINT: check that "
-                  "the directory is writable",
-                  staging.string(), ec.message());
-  }
-  return staging;
+  return fixed_directory_ ? create_empty_staging(staging_dir(step)) : root_.prepare_staging(step);
 }
 
 fs::path CheckpointTarget::commit(Manifest manifest, const std::vector<RankWriteResult>& results,
