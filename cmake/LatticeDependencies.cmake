@@ -10,6 +10,12 @@ set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
 find_package(MPI REQUIRED COMPONENTS C)
 # The gloo transport; libgloo-dev's config module defines the imported target `gloo`.
 find_package(Gloo REQUIRED)
+# The machine's cores and NUMA nodes (lattice doctor); Debian's libhwloc-dev, imported directly.
+find_path(HWLOC_INCLUDE_DIR hwloc.h REQUIRED)
+find_library(HWLOC_LIBRARY hwloc REQUIRED)
+add_library(HWLOC::hwloc UNKNOWN IMPORTED)
+set_target_properties(HWLOC::hwloc PROPERTIES IMPORTED_LOCATION ${HWLOC_LIBRARY}
+                                              INTERFACE_INCLUDE_DIRECTORIES ${HWLOC_INCLUDE_DIR})
 find_package(nlohmann_json REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev                      # matmul (fp32, bf16 on AMX / AVX512-BF16)
   libopenmpi-dev openmpi-bin       # the mpi transport
   libgloo-dev                      # the gloo transport (elastic runs under lattice launch)
+  libhwloc-dev                     # cores and NUMA nodes (lattice doctor)
   nlohmann-json3-dev               # manifests, safetensors headers, metrics
   libtomlplusplus-dev              # configs
   libcli11-dev                     # the command line

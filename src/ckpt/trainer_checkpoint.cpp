@@ -28,23 +28,27 @@ CheckpointLayout trainer_layout(const Trainer& trainer) {
 }
 
 nlohmann::json resume_keys(const Trainer& trainer) {
-  const TrainConfig& c = trainer.config();
-  return {{"batch.global_batch", c.global_batch},
-          {"batch.seq_len", c.seq_len},
-          {"data.dir", trainer.train_tokens()},  // the training file, by its token count
-          {"data.mode", sampling_mode_name(c.data_mode)},
-          {"data.tokenizer", c.tokenizer},
-          {"train.seed", c.seed},
-          {"train.precision", c.compute_dtype == DType::kBF16 ? "bf16" : "fp32"},
-          {"optim.lr", c.lr},
-          {"optim.min_lr", c.min_lr},
-          {"optim.warmup_steps", c.warmup_steps},
-          {"optim.decay_steps", c.decay_steps},
-          {"optim.beta1", c.adam.beta1},
-          {"optim.beta2", c.adam.beta2},
-          {"optim.eps", c.adam.eps},
-          {"optim.weight_decay", c.adam.weight_decay},
-          {"optim.grad_clip", c.grad_clip}};
+  return resume_keys(trainer.config(), trainer.train_tokens());
+}
+
+nlohmann::json resume_keys(const TrainConfig& c, std::optional<int64_t> train_tokens) {
+  nlohmann::json keys = {{"batch.global_batch", c.global_batch},
+                         {"batch.seq_len", c.seq_len},
+                         {"data.mode", sampling_mode_name(c.data_mode)},
+                         {"data.tokenizer", c.tokenizer},
+                         {"train.seed", c.seed},
+                         {"train.precision", c.compute_dtype == DType::kBF16 ? "bf16" : "fp32"},
+                         {"optim.lr", c.lr},
+                         {"optim.min_lr", c.min_lr},
+                         {"optim.warmup_steps", c.warmup_steps},
+                         {"optim.decay_steps", c.decay_steps},
+                         {"optim.beta1", c.adam.beta1},
+                         {"optim.beta2", c.adam.beta2},
+                         {"optim.eps", c.adam.eps},
+                         {"optim.weight_decay", c.adam.weight_decay},
+                         {"optim.grad_clip", c.grad_clip}};
+  if (train_tokens) keys["data.dir"] = *train_tokens;  // the training file, by its token count
+  return keys;
 }
 
 Manifest trainer_manifest(Trainer& trainer) {
@@ -106,19 +110,14 @@ void expect_resumable(const fs::path& dir, const nlohmann::json& saved, const Tr
                     key, fmt::join(keys, ", "));
     }
   }
+  const std::vector<ResumeChange> changes = resume_changes(saved, now, options.allow_changes);
+  if (changes.empty()) return;
   std::vector<std::string> changed, hints, allows;
-  for (const auto& [key, value] : now.items()) {
-    if (!saved.contains(key) || saved.at(key) == value) continue;
-    if (std::find(options.allow_changes.begin(), options.allow_changes.end(), key) !=
-        options.allow_changes.end()) {
-      continue;
-    }
-    changed.push_back(fmt::format("{}: saved {}, now {}", key, describe_key(key, saved.at(key)),
-                                  describe_key(key, value)));
-    if (key != "data.dir") hints.push_back(fmt::format("--set {}={}", key, saved.at(key).dump()));
-    allows.push_back("--resume-allow-change " + key);
+  for (const ResumeChange& c : changes) {
+    changed.push_back(fmt::format("{}: saved {}, now {}", c.key, c.saved, c.now));
+    if (!c.keep.empty()) hints.push_back(c.keep);
+    allows.push_back("--resume-allow-change " + c.key);
   }
-  if (changed.empty()) return;
   LATTICE_THROW(ConfigError,
                 "cannot resume from {}: the run would not continue the one that saved it; {} "
                 "---> HINT: resume with the saved values ({}), or accept the change with {}",
@@ -129,6 +128,22 @@ void expect_resumable(const fs::path& dir, const nlohmann::json& saved, const Tr
 }
 
 }  // namespace
+
+std::vector<ResumeChange> resume_changes(const nlohmann::json& saved, const nlohmann::json& now,
+                                         const std::vector<std::string>& allowed) {
+  std::vector<ResumeChange> changes;
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key) || saved.at(key) == value) continue;
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    changes.push_back({.key = key,
+                       .saved = describe_key(key, saved.at(key)),
+                       .now = describe_key(key, value),
+                       .keep = key == "data.dir"
+                                   ? std::string()
+                                   : fmt::format("--set {}={}", key, saved.at(key).dump())});
+  }
+  return changes;
+}
 
 TrainingState load_trainer_checkpoint(const fs::path& dir, Trainer& trainer,
                                       const ResumeOptions& options) {

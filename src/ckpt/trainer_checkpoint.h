@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,20 @@ std::filesystem::path save_trainer_checkpoint(const CheckpointTarget& target, Tr
 // math of the steps still to come (batch and sequence, data stream, seed, LR schedule,
 // optimizer, precision). The layout is not among them: any layout resumes any other.
 nlohmann::json resume_keys(const Trainer& trainer);
+// The same of a config whose batch is resolved; data.dir (the training file's token count) only
+// when `train_tokens` is given.
+nlohmann::json resume_keys(const TrainConfig& config, std::optional<int64_t> train_tokens);
+
+// A key whose saved value a resume would change.
+struct ResumeChange {
+  std::string key;
+  std::string saved, now;  // the values, described ("a train.bin of N tokens" for data.dir)
+  std::string keep;        // the flag that keeps the saved value ("--set key=value"); "" for data
+};
+// The keys of `now` whose values differ from `saved` (a checkpoint's recorded resume_keys; keys
+// it lacks are not compared) and are not in `allowed`.
+std::vector<ResumeChange> resume_changes(const nlohmann::json& saved, const nlohmann::json& now,
+                                         const std::vector<std::string>& allowed = {});
 
 struct ResumeOptions {
   // Keys of resume_keys the resumed run may change (`lattice train --resume-allow-change KEY`).

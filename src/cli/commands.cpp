@@ -17,6 +17,7 @@ void register_commands(CLI::App& app) {
   register_explain_command(app);
   register_launch_command(app);
   register_bench_elastic_command(app);
+  register_doctor_command(app);
 }
 
 }  // namespace lattice::cli

@@ -21,5 +21,6 @@ void register_ckpt_command(CLI::App& app);            // ckpt inspect
 void register_explain_command(CLI::App& app);
 void register_launch_command(CLI::App& app);         // the elastic agent
 void register_bench_elastic_command(CLI::App& app);  // bench elastic
+void register_doctor_command(CLI::App& app);
 
 }  // namespace lattice::cli

@@ -103,7 +103,7 @@ class SyntheticData {
   std::filesystem::path dir_;
 };
 
-plan::MeasuredRun measured_run(const RankMemory& rank, double step_seconds) {
+plan::MeasuredRun measured_run(const RankRun& rank, double step_seconds) {
   const MemoryStats& m = rank.finished;
   auto peak = [&](MemoryCategory c) { return double(m.peak_by_category[size_t(c)]); };
   return {.parameters = peak(MemoryCategory::kParameters),
@@ -262,7 +262,7 @@ int run_plan_validate(const PlanValidateArgs& args) {
     results.back().stage = stage;
     if (layout.pp > 1) {
       double measured_peak = 0;
-      for (const RankMemory& rank : run.ranks)
+      for (const RankRun& rank : run.ranks)
         measured_peak = std::max(measured_peak, double(rank.finished.peak_bytes));
       plan::add_peak_over_stages(results.back(), planner_peak.total - planner_peak.fragmentation,
                                  measured_peak, tolerance.total);

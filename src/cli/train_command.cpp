@@ -6,6 +6,7 @@
 // layout comes from the config's [parallel] section; a layout flag given on the command line
 // overrides its key.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,10 +14,12 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/layout_flags.h"
 #include "cli/validators.h"
 #include "comm/launch.h"
 #include "core/stop_request.h"
 #include "core/thread_budget.h"
+#include "doctor/doctor.h"
 #include "elastic/elastic_rank.h"
 #include "elastic/rank_session.h"
 #include "model/parameters.h"
@@ -31,35 +34,12 @@ namespace {
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
-  RunOptions run;  // --metrics, --init-from, --trace, --resume, --resume-allow-change
-  // The layout flags: they override the config's [parallel] keys only when given
-  // (apply_layout_flags), so their defaults here are never used.
-  ParallelConfig layout;
-  // The layout flags that name a choice, parsed by apply_layout_flags.
-  std::string transport, schedule, recompute;
+  RunOptions run;              // --metrics, --init-from, --trace, --resume, --resume-allow-change
+  LayoutFlags layout;          // --dp, --tp, ... over the config's [parallel] keys
   bool ckpt_async = false;     // --ckpt-async (output.checkpoint_async)
   bool oversubscribe = false;  // more in-process ranks than cores: one thread each
+  bool preflight = false;      // the doctor's static checks first (lattice doctor --no-probe)
 };
-
-// The config's [parallel] section with every layout flag given on the command line applied
-// over it (CLI11's count() is 0 for a flag left out, whatever its default).
-void apply_layout_flags(const CLI::App& cmd, const TrainArgs& args, ParallelConfig& layout) {
-  const ParallelConfig& flags = args.layout;
-  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
-  if (given("--dp")) layout.dp = flags.dp;
-  if (given("--tp")) layout.tp = flags.tp;
-  if (given("--sp")) layout.sequence_parallel = flags.sequence_parallel;
-  if (given("--zero")) layout.zero = flags.zero;
-  if (given("--bucket-mb")) layout.bucket_mb = flags.bucket_mb;
-  if (given("--transport")) layout.transport = parse_transport(args.transport);
-  if (given("--check-replicas")) layout.check_replicas = flags.check_replicas;
-  if (given("--deterministic")) layout.deterministic = flags.deterministic;
-  if (given("--pp")) layout.pp = flags.pp;
-  if (given("--schedule")) layout.schedule = parse_schedule_kind(args.schedule);
-  if (given("--virtual-stages")) layout.virtual_stages = flags.virtual_stages;
-  if (given("--recompute")) layout.recompute = parse_recompute(args.recompute);
-  if (given("--layers-per-chunk")) layout.layers_per_chunk = flags.layers_per_chunk;
-}
 
 // An agent that went on with fewer ranks (lattice launch --min-ranks) runs the command as it
 // was given in a smaller world: the layout is refit to it, the global batch kept.
@@ -79,14 +59,36 @@ TrainConfig refit_to_shrunk_world(const TrainConfig& config, const Assignment& a
   return refit;
 }
 
+// `--preflight`: the doctor's checks that need no probe, printed; ConfigError when one fails,
+// before any rank starts.
+void run_preflight(const TrainConfig& config, const TrainArgs& args) {
+  doctor::DoctorInput input{.config = config,
+                            .machine = doctor::observe_machine(),
+                            .oversubscribe = args.oversubscribe,
+                            .resume_from = std::nullopt,
+                            .probe = std::nullopt};
+  if (!args.run.resume.empty() && args.run.resume != "auto") input.resume_from = args.run.resume;
+  const std::vector<doctor::CheckResult> results = doctor::run_checks(input);
+  fmt::print("preflight (lattice doctor --no-probe):\n{}\n", doctor::format_results(results));
+  std::vector<std::string> failed;
+  for (const doctor::CheckResult& r : results)
+    if (r.verdict == doctor::Verdict::kFail) failed.push_back(r.id);
+  if (!failed.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "preflight: {} check(s) failed ({}) ---> HINT: each one's fix is printed above",
+                  failed.size(), fmt::join(failed, ", "));
+  }
+}
+
 MeshShape mesh_shape(const ParallelConfig& layout) {
   return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
-  apply_layout_flags(cmd, args, config.parallel);
+  apply_layout_flags(cmd, args.layout, config.parallel);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
+  if (args.preflight) run_preflight(config, args);
   const TransportKind transport = config.parallel.transport;
   const ParallelConfig& layout = config.parallel;
   const MeshShape shape = mesh_shape(layout);
@@ -175,26 +177,7 @@ void register_train_command(CLI::App& app) {
       "Start from Hugging Face weights of a matching config: a .safetensors file or a model "
       "directory (config.json checked; model.safetensors or the hub's sharded "
       "model.safetensors.index.json)");
-  // The layout flags override the config's [parallel] keys of the same names when given.
-  ParallelConfig& layout = args->layout;
-  cmd->add_option("--dp", layout.dp, "Data-parallel ranks (parallel.dp)")->check(positive_number());
-  cmd->add_option("--tp", layout.tp,
-                  "Tensor-parallel ranks: heads, d_ff and vocabulary split (parallel.tp)")
-      ->check(positive_number());
-  cmd->add_flag("--sp", layout.sequence_parallel,
-                "Sequence parallelism: split the residual stream's token rows over the tp group "
-                "(parallel.sp; --sp=false turns it off)");
-  cmd->add_option("--transport", args->transport,
-                  "threads (in-process ranks) or mpi (one rank per process, under mpirun) "
-                  "(parallel.transport)");
-  cmd->add_option(
-         "--zero", layout.zero,
-         "ZeRO stage: 0 replicated, 1 optimizer state sharded over dp, 2 and gradients, 3 and "
-         "parameters (parallel.zero)")
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--bucket-mb", layout.bucket_mb,
-                  "Gradient bucket size in MB, dp > 1 (parallel.bucket_mb)")
-      ->check(positive_number());
+  add_layout_flags(*cmd, args->layout);
   cmd->add_option("--resume", args->run.resume,
                   "Continue from a checkpoint directory, or 'auto': the newest valid one under "
                   "output.dir/checkpoints");
@@ -205,29 +188,13 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--oversubscribe", args->oversubscribe,
                 "Run more in-process ranks than cores (one thread each) to try a large layout on "
                 "a small machine; timings then mean nothing");
+  cmd->add_flag("--preflight", args->preflight,
+                "Run lattice doctor's static checks first and refuse to start when one fails");
   cmd->add_flag("--ckpt-async", args->ckpt_async,
                 "Periodic checkpoints: snapshot in memory, write on a background thread while "
                 "training continues (output.checkpoint_async)");
-  cmd->add_option("--pp", layout.pp, "Pipeline stages (parallel.pp)")->check(positive_number());
-  cmd->add_option("--schedule", args->schedule,
-                  "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 (parallel.schedule)");
-  cmd->add_option("--virtual-stages", layout.virtual_stages,
-                  "Model chunks per pipeline stage, for interleaved-1f1b (parallel.virtual_stages)")
-      ->check(positive_number());
-  cmd->add_option("--layers-per-chunk", layout.layers_per_chunk,
-                  "Pipeline chunks' layer counts in model order, e.g. 3,5 (default: balanced by "
-                  "the cost model; parallel.layers_per_chunk)")
-      ->delimiter(',');
-  cmd->add_option("--recompute", args->recompute,
-                  "Activation recompute: none, selective, full (parallel.recompute)");
   cmd->add_option("--trace", args->run.trace,
                   "Write one Chrome/Perfetto trace per rank into this directory");
-  cmd->add_flag("--deterministic", layout.deterministic,
-                "Pin every collective to ring, never re-tuned: runs of one layout agree bit for "
-                "bit (parallel.deterministic; default: the tuner's choice per message size)");
-  cmd->add_flag("--check-replicas", layout.check_replicas,
-                "After every step, check that all dp replicas hold identical parameters "
-                "(parallel.check_replicas)");
   cmd->callback([args, cmd] { run_train(*args, *cmd); });
 }
 

@@ -6,9 +6,7 @@
 
 namespace lattice {
 
-namespace {
-
-// FNV-1a, 64-bit (offset basis and prime from the reference parameters).
+// Offset basis and prime from the reference parameters.
 uint64_t hash_bytes(const unsigned char* bytes, int64_t count) {
   uint64_t hash = 14695981039346656037ull;
   for (int64_t i = 0; i < count; ++i) {
@@ -17,8 +15,6 @@ uint64_t hash_bytes(const unsigned char* bytes, int64_t count) {
   }
   return hash;
 }
-
-}  // namespace
 
 uint64_t hash_floats(const float* data, int64_t count) {
   return hash_bytes(reinterpret_cast<const unsigned char*>(data), count * int64_t(sizeof(float)));

@@ -16,6 +16,9 @@
 
 namespace lattice {
 
+// FNV-1a (64-bit) over `count` bytes.
+uint64_t hash_bytes(const unsigned char* bytes, int64_t count);
+
 // FNV-1a over the bytes of `count` floats (bitwise identity, so -0.0 != 0.0 and NaN payloads
 // count).
 uint64_t hash_floats(const float* data, int64_t count);

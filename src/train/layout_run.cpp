@@ -10,6 +10,7 @@
 #include "core/statistics.h"
 #include "core/thread_budget.h"
 #include "parallel/device_mesh.h"
+#include "parallel/replica_check.h"
 #include "train/trainer.h"
 
 namespace lattice {
@@ -22,12 +23,38 @@ double LayoutRunResult::median_step_cpu_ms() const {
   return median(step_cpu_ms);
 }
 
-const RankMemory& LayoutRunResult::stage(int stage) const {
-  for (const RankMemory& rank : ranks)
+const RankRun& LayoutRunResult::stage(int stage) const {
+  for (const RankRun& rank : ranks)
     if (rank.at == MeshCoordinates{.pp = stage, .dp = 0, .tp = 0}) return rank;
   LATTICE_THROW(ValueError, "layout run has no pipeline stage {} ---> HINT: use 0 .. pp − 1",
                 stage);
 }
+
+namespace {
+
+void hash_held_state(Trainer& trainer, RankRun& run) {
+  ParameterStore& store = trainer.model().parameters();
+  if (!store.values_lent()) {
+    const Tensor& values = store.master_sharded() ? store.compute() : store.master();
+    const auto* base = static_cast<const unsigned char*>(values.raw_data());
+    const int64_t element = int64_t(dtype_size(values.dtype()));
+    const auto& specs = store.registry().specs();
+    const std::vector<FlatRange> ranges = store.registry().padded_ranges();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      run.parameter_names.push_back(specs[i].name);
+      run.parameter_hashes.push_back(
+          hash_bytes(base + ranges[i].begin * element, ranges[i].size() * element));
+    }
+  }
+  AdamW& optimizer = trainer.optimizer();
+  if (!optimizer.sharded()) {
+    const uint64_t m = hash_floats(optimizer.m().data<float>(), optimizer.m().numel());
+    const uint64_t v = hash_floats(optimizer.v().data<float>(), optimizer.v().numel());
+    run.optimizer_hash = m ^ (v * 1099511628211ull);
+  }
+}
+
+}  // namespace
 
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options) {
   const MeshShape shape{.pp = options.pp, .dp = options.dp, .tp = options.tp};
@@ -44,33 +71,48 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
   run_ranks(shape.world_size(), [&](Communicator& comm) {
     DeviceMesh mesh(comm, shape);
     Arena arena(fmt::format("rank{}", comm.rank()));
-    Trainer trainer(config, arena,
-                    {.dp = &mesh.dp(),
-                     .zero = options.zero,
-                     .bucket_bytes = options.bucket_bytes,
-                     .threads = options.threads,
-                     .tp = &mesh.tp(),
-                     .sequence_parallel = options.sequence_parallel,
-                     .pp = &mesh.pp(),
-                     .embedding = mesh.embedding(),
-                     .schedule = options.schedule,
-                     .virtual_stages = options.virtual_stages,
-                     .recompute = options.recompute});
-    RankMemory memory;
+    const ParallelSetup setup{.dp = &mesh.dp(),
+                              .zero = options.zero,
+                              .bucket_bytes = options.bucket_bytes,
+                              .threads = options.threads,
+                              .tp = &mesh.tp(),
+                              .sequence_parallel = options.sequence_parallel,
+                              .pp = &mesh.pp(),
+                              .embedding = mesh.embedding(),
+                              .schedule = options.schedule,
+                              .virtual_stages = options.virtual_stages,
+                              .recompute = options.recompute};
+    std::optional<Trainer> built;
+    if (options.data) {
+      built.emplace(config, arena, setup, *options.data);
+    } else {
+      built.emplace(config, arena, setup);
+    }
+    Trainer& trainer = *built;
+    RankRun memory;
     memory.at = mesh.coordinates();
     memory.constructed = arena.stats();
     std::vector<double> step_ms, step_cpu_ms, losses;
+    std::vector<Tensor> held;
     for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
       const double cpu_before = 1e3 * thread_cpu_seconds();
       const StepMetrics m = trainer.train_step();
       const double cpu = 1e3 * thread_cpu_seconds() - cpu_before;
       losses.push_back(m.loss);
+      memory.grad_norms.push_back(m.grad_norm);
       if (s >= options.warmup_steps) {
         step_ms.push_back(m.ms);
         step_cpu_ms.push_back(cpu);
       }
+      if (options.after_step) {
+        LayoutRunRank rank{trainer, arena, memory.at, s, held};
+        options.after_step(rank);
+      }
     }
     memory.finished = arena.stats();
+    hash_held_state(trainer, memory);
+    held.clear();
+    memory.losses = losses;
     const ParameterRegistry& registry = trainer.model().registry();
     memory.store_elements = registry.total_elements();
     for (const ParameterSpec& spec : registry.specs())

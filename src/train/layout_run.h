@@ -1,13 +1,17 @@
 // A few real training steps of one pp × dp × tp layout on in-process ranks, for comparing with
-// the planner (`lattice plan --validate`, docs/planner.md "Validation"): every rank's arena
-// accounting (core/arena.h: live and peak bytes per category) once the Trainer is built and after
-// the steps, and the wall time of each step.
+// the planner (`lattice plan --validate`, docs/planner.md "Validation") and for the doctor's
+// probe (doctor/probe.h): every rank's arena accounting (core/arena.h: live and peak bytes per
+// category) once the Trainer is built and after the steps, the wall time, loss and gradient
+// norm of each step, and the hashes of what each rank holds at the end.
 //
 // It lives in train/ because it needs the Trainer; it knows nothing of plan/ (plan/ runs
 // nothing, and train/ sits above plan/ in DESIGN.md's layers): cli/ puts the two side by side.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -15,8 +19,19 @@
 #include "parallel/device_mesh.h"
 #include "spec/pipeline_schedule.h"
 #include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace lattice {
+
+// What LayoutRunOptions::after_step sees of a rank.
+struct LayoutRunRank {
+  Trainer& trainer;
+  Arena& arena;
+  MeshCoordinates at;
+  int step = 0;  // 0-based, warm-up included
+  // Tensors the hook allocates and wants held until the rank is measured (a leaked buffer).
+  std::vector<Tensor>& held;
+};
 
 struct LayoutRunOptions {
   int dp = 1;
@@ -33,10 +48,15 @@ struct LayoutRunOptions {
   int warmup_steps = 1;            // untimed steps first (page faults, oneDNN primitive caches)
   int steps = 3;                   // timed steps; 0: build the Trainer only
   int64_t bucket_bytes = 1 << 20;  // data-parallel gradient bucket (f32 bytes)
+  // Tokens in memory (probes); empty: the config's data_dir.
+  std::optional<TrainingData> data = {};
+  // Called on every rank after each of its steps (warm-up included), before the last one's
+  // state is measured: the doctor's tests create a fault condition here.
+  std::function<void(LayoutRunRank&)> after_step = {};
 };
 
-// One rank's memory: its arena and its flat parameter store.
-struct RankMemory {
+// One rank's run: its arena, its flat parameter store, its steps and what it holds after them.
+struct RankRun {
   MeshCoordinates at;
   MemoryStats constructed;  // the Trainer built, before any step
   MemoryStats finished;     // after the steps; peaks cover construction and every step
@@ -45,6 +65,15 @@ struct RankMemory {
   int64_t store_elements = 0;
   int64_t unpadded_elements = 0;
   int64_t optimizer_elements = 0;  // the AdamW range (its ZeRO shard, or the whole store)
+  std::vector<double> losses;      // every step's, warm-up included
+  std::vector<double> grad_norms;  // every step's global gradient norm before clipping
+  // FNV-1a of each parameter's values (parallel/replica_check.h: the f32 master, or the
+  // replicated compute copy where the master is ZeRO-sharded) in registry order with their
+  // names; empty under ZeRO-3, where no rank holds a whole parameter.
+  std::vector<uint64_t> parameter_hashes;
+  std::vector<std::string> parameter_names;
+  // FNV-1a of the AdamW moments when the optimizer holds them whole (ZeRO-0), else nullopt.
+  std::optional<uint64_t> optimizer_hash;
 };
 
 struct LayoutRunResult {
@@ -54,8 +83,8 @@ struct LayoutRunResult {
   int64_t store_elements = 0;
   int64_t unpadded_elements = 0;
   int64_t optimizer_elements = 0;
-  std::vector<RankMemory> ranks;  // (world) by world rank: rank = (pp·dp + dp)·tp + tp
-  std::vector<double> step_ms;    // rank 0's wall time of each timed step
+  std::vector<RankRun> ranks;   // (world) by world rank: rank = (pp·dp + dp)·tp + tp
+  std::vector<double> step_ms;  // rank 0's wall time of each timed step
   // Rank 0's thread CPU time of each timed step: its compute without the time it waited blocked
   // or was descheduled (a diagnostic for shared machines; threads = 1, so the rank's thread does
   // all its compute; the dp reducer's comm thread is not counted).
@@ -66,12 +95,12 @@ struct LayoutRunResult {
   double median_step_ms() const;      // requires steps > 0
   double median_step_cpu_ms() const;  // requires steps > 0
   // The rank at (stage, dp 0, tp 0).
-  const RankMemory& stage(int stage) const;
+  const RankRun& stage(int stage) const;
 };
 
 // `config`'s batch must resolve for options.dp (TrainConfig::resolve_batch); its data_dir must
-// hold train.bin. Runs pp · dp · tp ranks as threads of this process; rethrows the first rank's
-// error.
+// hold train.bin unless options.data gives the tokens. Runs pp · dp · tp ranks as threads of this
+// process; rethrows the first rank's error.
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options);
 
 }  // namespace lattice

@@ -292,7 +292,7 @@ TEST_P(StagesMatchTheArena, EveryStagesPredictedBytesEqualItsArena) {
   for (int stage = 0; stage < int(layout.pp); ++stage) {
     SCOPED_TRACE(fmt::format("stage {}", stage));
     const MemoryBreakdown predicted = estimate_stage_memory(setup, layout, stage);
-    const RankMemory& rank = run.stage(stage);
+    const RankRun& rank = run.stage(stage);
     const int64_t padding = rank.store_elements - rank.unpadded_elements;
     ASSERT_GE(padding, 0);
     // Parameters, gradients and optimizer states of this stage's part (its layers from the

@@ -1,0 +1,110 @@
+// `lattice doctor CONFIG [--set key=value ...] [layout flags] [--resume DIR] [--no-probe]
+// [--probe-steps N] [--json] [--oversubscribe]`: the checks of doctor/doctor.h on the config as
+// `lattice train` would run it (the same layout flags), after a probe of a few real steps of the
+// layout on a slice of the model (doctor/probe.h). Text by default, one JSON object per check with
+// --json; exit code 1 when a check fails.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/layout_flags.h"
+#include "cli/validators.h"
+#include "doctor/doctor.h"
+
+namespace lattice::cli {
+
+namespace {
+
+struct DoctorArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  LayoutFlags layout;
+  std::string resume;
+  bool no_probe = false;
+  int probe_steps = 3;
+  bool json = false;
+  bool oversubscribe = false;
+};
+
+std::string layout_line(const ParallelConfig& p) {
+  return fmt::format(
+      "dp {} × tp {}{} × pp {}{}, ZeRO-{}, recompute {}", p.dp, p.tp,
+      p.sequence_parallel ? " (sp)" : "", p.pp,
+      p.pp > 1 ? fmt::format(" ({}, v {})", schedule_kind_name(p.schedule), p.virtual_stages) : "",
+      p.zero, recompute_name(p.recompute));
+}
+
+void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
+  doctor::DoctorInput input;
+  input.config = load_train_config(args.config, args.overrides);
+  apply_layout_flags(cmd, args.layout, input.config.parallel);
+  input.machine = doctor::observe_machine();
+  input.oversubscribe = args.oversubscribe;
+  if (!args.resume.empty()) input.resume_from = args.resume;
+
+  std::vector<doctor::CheckResult> results;
+  std::string probe_line = "probe: not run (--no-probe)";
+  if (!args.no_probe) {
+    try {
+      input.probe = doctor::run_probe(input.config, {.steps = args.probe_steps});
+      const TrainConfig& slice = input.probe->config;
+      probe_line = fmt::format(
+          "probe: {} steps of {} layers, {} tokens per sequence, {} sequences per step, in {:.2f} "
+          "s",
+          args.probe_steps, slice.model.n_layer, slice.seq_len, slice.global_batch,
+          input.probe->seconds);
+    } catch (const std::exception& e) {
+      // A layout the probe cannot run (or a hang it timed out on) is itself the finding.
+      doctor::CheckResult failed{.id = "probe",
+                                 .title = "Probe of the layout",
+                                 .verdict = doctor::Verdict::kFail,
+                                 .saw = e.what(),
+                                 .fix = "the checks below name what the layout needs"};
+      results.push_back(failed);
+      probe_line = "probe: failed";
+    }
+  }
+  for (doctor::CheckResult& r : doctor::run_checks(input)) results.push_back(std::move(r));
+
+  if (args.json) {
+    for (const doctor::CheckResult& r : results) fmt::print("{}\n", doctor::to_json(r).dump());
+  } else {
+    fmt::print("lattice doctor: {} ({}), {}\n{}\n\n", args.config, input.config.model.name,
+               layout_line(input.config.parallel), probe_line);
+    fmt::print("{}", doctor::format_results(results));
+    int counts[4] = {0, 0, 0, 0};
+    for (const doctor::CheckResult& r : results) ++counts[int(r.verdict)];
+    fmt::print("\n{} passed, {} warned, {} failed, {} not applicable\n", counts[0], counts[1],
+               counts[2], counts[3]);
+  }
+  std::fflush(stdout);
+  if (doctor::failed_count(results) > 0) std::exit(1);
+}
+
+}  // namespace
+
+void register_doctor_command(CLI::App& app) {
+  auto args = std::make_shared<DoctorArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "doctor", "Check a config, its layout and this machine for the classic failure modes");
+  cmd->add_option("config", args->config, "The train TOML config (see configs/)")->required();
+  cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
+      ->allow_extra_args(false);
+  add_layout_flags(*cmd, args->layout);
+  cmd->add_option("--resume", args->resume,
+                  "The checkpoint directory the run would resume from: compared with the config");
+  cmd->add_flag("--no-probe", args->no_probe,
+                "Static checks only: no probe steps (the checks that need them say N/A)");
+  cmd->add_option("--probe-steps", args->probe_steps, "Steps of the probe")
+      ->check(positive_number());
+  cmd->add_flag("--json", args->json, "One JSON object per check on stdout");
+  cmd->add_flag("--oversubscribe", args->oversubscribe,
+                "The run will pass --oversubscribe to lattice train (more in-process ranks than "
+                "cores): a warning instead of a failure");
+  cmd->callback([args, cmd] { run_doctor(*args, *cmd); });
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,790 @@
+#include "doctor/doctor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "ckpt/manifest.h"
+#include "ckpt/trainer_checkpoint.h"
+#include "core/error.h"
+#include "core/model_flops.h"
+#include "data/token_file.h"
+#include "model/model_description.h"
+#include "model/parameters.h"
+#include "train/pipeline_stage.h"
+
+namespace lattice::doctor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A deadline must cover this many predicted steps: the longest a rank legitimately waits for a
+// peer is about one step (a pipeline's last stage waiting for the first micro-batch), and the
+// probe's prediction is rough.
+constexpr double kTimeoutMargin = 2.0;
+
+// Relative agreement of the probe's layout with its one-rank run: reassociation only in f32;
+// bf16 rounds each matmul operand, and a layout sums in another order.
+double tolerance(const TrainConfig& config) {
+  return config.compute_dtype == DType::kBF16 ? 2e-2 : 1e-6;
+}
+
+double relative_difference(double a, double b) {
+  return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30});
+}
+
+// A message of a Lattice error split into what happened and its hint.
+void set_from_error(CheckResult& result, const std::string& message) {
+  const std::string marker = " ---> HINT: ";
+  const size_t at = message.find(marker);
+  result.saw = message.substr(0, at);
+  result.fix = at == std::string::npos ? "" : message.substr(at + marker.size());
+}
+
+std::string coordinates(const MeshCoordinates& at) {
+  return fmt::format("pp {} dp {} tp {}", at.pp, at.dp, at.tp);
+}
+
+int world_of(const TrainConfig& config) {
+  return config.parallel.world_size();
+}
+
+// Threads each rank of `config` gets on this machine (thread_budget's rule).
+int threads_per_rank(const TrainConfig& config, const MachineFacts& machine) {
+  if (config.threads > 0) return config.threads;
+  const int ranks_here =
+      config.parallel.transport == TransportKind::kThreads ? world_of(config) : 1;
+  return std::max(1, machine.cores / ranks_here);
+}
+
+TrainConfig resolved(const TrainConfig& config) {
+  TrainConfig c = config;
+  c.resolve_batch(c.parallel.dp);
+  if (c.seq_len == 0) c.seq_len = c.model.seq_len;
+  if (c.decay_steps == 0) c.decay_steps = c.steps;
+  return c;
+}
+
+int64_t model_parameters(const ModelConfig& model) {
+  return ParameterRegistry(model).global_elements();
+}
+
+double flops_per_step(const TrainConfig& c) {
+  const int64_t seq = c.seq_len > 0 ? c.seq_len : c.model.seq_len;
+  return model_flops_per_token(model_parameters(c.model), c.model.n_layer, c.model.d_model, seq) *
+         double(c.global_batch) * double(seq);
+}
+
+// ---- 1. Collective timeouts vs the step ----------------------------------------------------
+
+CheckResult check_timeouts(const DoctorInput& in) {
+  CheckResult r;
+  const TrainConfig& c = in.config;
+  const double deadline = c.collective_timeout_s();
+  r.figures = {{"collective_timeout_s", deadline},
+               {"heartbeat_interval_s", c.elastic.heartbeat_interval_s},
+               {"heartbeat_timeout_s", c.elastic.heartbeat_timeout_s},
+               {"progress_timeout_s", c.elastic.progress_timeout_s}};
+  try {
+    c.check_timeout_ladder();
+  } catch (const ConfigError& e) {
+    r.verdict = Verdict::kFail;
+    set_from_error(r, e.what());
+    return r;
+  }
+  const bool elastic = c.parallel.transport == TransportKind::kGloo;
+  const std::string ladder =
+      elastic ? fmt::format(
+                    "the elastic ladder heartbeat {} s < {} s <= progress {} s < "
+                    "collective {} s is in order",
+                    c.elastic.heartbeat_interval_s, c.elastic.heartbeat_timeout_s,
+                    c.elastic.progress_timeout_s, deadline)
+              : fmt::format("collective deadline {} s", deadline);
+  if (!in.probe) {
+    r.verdict = Verdict::kPass;
+    r.saw = ladder + "; the step time was not measured (no probe)";
+    return r;
+  }
+  const double step = predicted_step_seconds(c, *in.probe, in.machine.cores);
+  const double needed = kTimeoutMargin * step;
+  r.figures["predicted_step_s"] = step;
+  const std::string predicted = fmt::format(
+      "a step of this config is predicted to take {:.3g} s (the probe's steps scaled by model "
+      "FLOPs)",
+      step);
+  if (deadline < needed) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format(
+        "{}, but every collective must complete within parallel.timeout_s = {} s: a rank "
+        "waiting for a peer that is still computing would time out",
+        predicted, deadline);
+    r.fix = fmt::format("--set parallel.timeout_s={:.0f} (at least {} × the predicted step)",
+                        std::ceil(needed), kTimeoutMargin);
+    return r;
+  }
+  if (elastic && c.elastic.progress_timeout_s < needed) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format(
+        "{}, but under lattice launch a rank that reports no progress for "
+        "elastic.progress_timeout_s = {} s is taken for stuck and restarted",
+        predicted, c.elastic.progress_timeout_s);
+    r.fix = fmt::format("--set elastic.progress_timeout_s={:.0f} and a parallel.timeout_s above it",
+                        std::ceil(needed));
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("{}; {} covers it {:.0f}×", predicted, ladder, deadline / step);
+  return r;
+}
+
+// ---- 2. Ranks, threads and cores -----------------------------------------------------------
+
+CheckResult check_cores(const DoctorInput& in) {
+  CheckResult r;
+  const TrainConfig& c = in.config;
+  const MachineFacts& m = in.machine;
+  const bool in_process = c.parallel.transport == TransportKind::kThreads;
+  const int ranks_here = in_process ? world_of(c) : 1;
+  const int threads = threads_per_rank(c, m);
+  r.figures = {{"cores", m.cores},
+               {"ranks_in_process", ranks_here},
+               {"threads_per_rank", threads},
+               {"numa_nodes", m.numa_nodes},
+               {"numa_nodes_spanned", m.numa_nodes_spanned}};
+  const int needed = ranks_here * std::max(1, c.threads);
+  if (needed > m.cores && in_process && in.oversubscribe) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "{} in-process ranks on {} cores, one thread each (--oversubscribe): the losses and "
+        "checkpoints are the layout's, its step times, tokens/s and MFU are not",
+        ranks_here, m.cores);
+    r.fix = "time the layout on a machine with enough cores, or under mpirun across machines";
+    return r;
+  }
+  if (needed > m.cores) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format(
+        "{} rank(s) in this process × {} thread(s) need {} cores, {} are available: ranks "
+        "would share cores and every timing would measure the scheduler",
+        ranks_here, std::max(1, c.threads), needed, m.cores);
+    r.fix = in_process
+                ? "lower --dp, --tp, --pp or train.threads, run under mpirun with --transport "
+                  "mpi, or pass --oversubscribe to lattice train (the results stay exact, the "
+                  "timings do not)"
+                : "lower train.threads to the cores each process may use";
+    return r;
+  }
+  std::vector<std::string> warnings, fixes;
+  if (m.omp_num_threads && *m.omp_num_threads != std::to_string(threads)) {
+    warnings.push_back(fmt::format(
+        "OMP_NUM_THREADS={} while Lattice gives each rank {} thread(s): code outside Lattice's "
+        "budget that reads it (oneDNN, a BLAS) would start more threads than the cores hold",
+        *m.omp_num_threads, threads));
+    fixes.push_back(
+        fmt::format("unset OMP_NUM_THREADS (or set it to {}); Lattice sets each "
+                    "rank's budget from train.threads",
+                    threads));
+  }
+  if (m.numa_nodes_spanned > 1) {
+    warnings.push_back(fmt::format(
+        "this process's {} cores span {} NUMA nodes: its ranks' memory is not local to all of "
+        "their cores",
+        m.cores, m.numa_nodes_spanned));
+    fixes.push_back(
+        "bind the process to one node (numactl --cpunodebind=0 --membind=0), or run one "
+        "process per node under mpirun --bind-to numa");
+  }
+  const std::string fits =
+      fmt::format("{} rank(s) in this process × {} thread(s) on {} cores, {} NUMA node(s) of {}",
+                  ranks_here, threads, m.cores, m.numa_nodes_spanned, m.numa_nodes);
+  if (!warnings.empty()) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fits + "; " + fmt::format("{}", fmt::join(warnings, "; "));
+    r.fix = fmt::format("{}", fmt::join(fixes, "; "));
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fits;
+  return r;
+}
+
+// What one rank of pipeline stage `stage` and tp rank `tp_rank` of `c` (its batch resolved)
+// computes, for model/model_description.h's tables.
+RankWorkload workload_of(const TrainConfig& c, const StagePartition& partition, int stage,
+                         int tp_rank) {
+  const ParallelConfig& p = c.parallel;
+  return {.model = c.model,
+          .tp = {p.tp, tp_rank, p.sequence_parallel},
+          .micro_batch = c.micro_batch,
+          .seq_len = c.seq_len,
+          .compute_dtype = c.compute_dtype,
+          .part = p.pp > 1 ? stage_part(partition, p.pp, stage) : ModelPart{},
+          .recompute = p.recompute,
+          .deferred_weights = p.pp > 1 && p.schedule == ScheduleKind::kZeroBubbleH1};
+}
+
+// ---- Memory headroom ------------------------------------------------------------------------
+
+// The bytes one rank of each pipeline stage allocates for its parameters, gradients, optimizer
+// state and activations, as model/model_description.h describes the runtime's buffers.
+std::vector<int64_t> stage_bytes(const TrainConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  const int v = p.pp > 1 ? p.virtual_stages : 1;
+  std::vector<int64_t> bytes;
+  const StagePartition partition = partition_model(c.model, p.pp, v, p.layers_per_chunk);
+  const Schedule schedule = make_schedule(p.schedule, p.pp, int(c.micro_batches), v);
+  for (int stage = 0; stage < p.pp; ++stage) {
+    const RankWorkload w = workload_of(c, partition, stage, 0);
+    const ParameterTable params =
+        parameter_table(w, ZeroSharding{.stage = p.zero, .ranks = p.dp, .rank = 0});
+    const ActivationTable acts = activation_table(w);
+    const int slots = p.pp > 1 ? activation_slots(schedule.per_rank[size_t(stage)]) : 1;
+    bytes.push_back(params.parameter_bytes + params.gradient_bytes + params.optimizer_bytes +
+                    acts.slot_bytes * slots + acts.scratch_bytes);
+  }
+  return bytes;
+}
+
+CheckResult check_memory(const DoctorInput& in) {
+  CheckResult r;
+  const MachineFacts& m = in.machine;
+  if (m.available_memory_bytes < 0) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "the available memory is unknown (no MemAvailable in /proc/meminfo)";
+    return r;
+  }
+  TrainConfig c;
+  std::vector<int64_t> stages;
+  try {
+    c = resolved(in.config);
+    stages = stage_bytes(c);
+  } catch (const Error& e) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = fmt::format("the layout does not describe a run ({}); see the other checks", e.what());
+    return r;
+  }
+  const bool in_process = c.parallel.transport == TransportKind::kThreads;
+  int64_t largest = 0, total = 0;
+  for (int64_t b : stages) {
+    largest = std::max(largest, b);
+    total += b * c.parallel.dp * c.parallel.tp;
+  }
+  const int64_t needed = in_process ? total : largest;
+  const double share = double(needed) / double(m.available_memory_bytes);
+  r.figures = {{"predicted_bytes", needed},
+               {"largest_rank_bytes", largest},
+               {"available_bytes", m.available_memory_bytes},
+               {"share", share}};
+  const std::string what = fmt::format(
+      "{} {:.3g} GiB (parameters, gradients, optimizer state and activations as the runtime "
+      "allocates them) of {:.3g} GiB available ({:.0f}%)",
+      in_process ? fmt::format("the {} in-process ranks need", world_of(c))
+                 : "the largest rank needs",
+      double(needed) / double(1ll << 30), double(m.available_memory_bytes) / double(1ll << 30),
+      100 * share);
+  const std::string fix =
+      "shard more (--zero 1|2|3, --tp, --pp), recompute activations (--recompute selective or "
+      "full), or lower batch.micro_batch";
+  if (share > 1.0) {
+    r.verdict = Verdict::kFail;
+    r.saw = what;
+    r.fix = fix;
+  } else if (share > 0.8) {
+    r.verdict = Verdict::kWarn;
+    r.saw = what + "; workspace and the allocator's slack come on top";
+    r.fix = fix;
+  } else {
+    r.verdict = Verdict::kPass;
+    r.saw = what;
+  }
+  return r;
+}
+
+// ---- 3. Recompute vs tensor parallelism -----------------------------------------------------
+
+// The first way `b` differs from `a`, rank by rank: a step's loss or grad norm, or a
+// parameter's values; "" when they agree bit for bit.
+std::string first_difference(const LayoutRunResult& a, const LayoutRunResult& b) {
+  for (size_t r = 0; r < a.ranks.size() && r < b.ranks.size(); ++r) {
+    const RankRun& x = a.ranks[r];
+    const RankRun& y = b.ranks[r];
+    for (size_t s = 0; s < x.losses.size() && s < y.losses.size(); ++s) {
+      if (x.losses[s] != y.losses[s]) {
+        return fmt::format("rank {} ({}) step {}: loss {:.17g} vs {:.17g}", r, coordinates(x.at),
+                           s + 1, x.losses[s], y.losses[s]);
+      }
+      if (x.grad_norms[s] != y.grad_norms[s]) {
+        return fmt::format("rank {} ({}) step {}: grad norm {:.17g} vs {:.17g}", r,
+                           coordinates(x.at), s + 1, x.grad_norms[s], y.grad_norms[s]);
+      }
+    }
+    for (size_t i = 0; i < x.parameter_hashes.size() && i < y.parameter_hashes.size(); ++i) {
+      if (x.parameter_hashes[i] != y.parameter_hashes[i]) {
+        return fmt::format("rank {} ({}): parameter '{}' differs after the steps", r,
+                           coordinates(x.at), x.parameter_names[i]);
+      }
+    }
+  }
+  return "";
+}
+
+CheckResult check_recompute(const DoctorInput& in) {
+  CheckResult r;
+  const ParallelConfig& p = in.config.parallel;
+  r.figures = {{"recompute", recompute_name(p.recompute)}, {"tp", p.tp}};
+  if (p.recompute == Recompute::kNone) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "parallel.recompute = none: nothing is recomputed";
+    return r;
+  }
+  if (!in.probe || !in.probe->without_recompute) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it runs the layout with and without recompute)";
+    return r;
+  }
+  const std::string difference = first_difference(in.probe->layout, *in.probe->without_recompute);
+  const int steps = int(in.probe->layout.ranks.front().losses.size());
+  if (!difference.empty()) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format(
+        "the layout with recompute = {} and without it differ: {} (recompute must replay the "
+        "forward, its collectives included, exactly once)",
+        recompute_name(p.recompute), difference);
+    r.fix =
+        "train with --recompute none on this layout and report the difference; "
+        "lattice explain shows the collectives each layer replays";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "{} probe steps on tp {} with recompute = {} and without: losses, grad norms and every "
+      "parameter bitwise equal on all {} ranks",
+      steps, p.tp, recompute_name(p.recompute), in.probe->layout.ranks.size());
+  return r;
+}
+
+// ---- 4. Diverging master weights ------------------------------------------------------------
+
+CheckResult check_replicas(const DoctorInput& in) {
+  CheckResult r;
+  const ParallelConfig& p = in.config.parallel;
+  if (p.dp == 1) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "dp = 1: no replicas";
+    return r;
+  }
+  if (p.zero >= 3) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "ZeRO-3 holds one copy of each parameter over dp: there are no replicas to compare";
+    return r;
+  }
+  if (!in.probe) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it hashes every replica after its steps)";
+    return r;
+  }
+  const LayoutRunResult& run = in.probe->layout;
+  auto replica_zero = [&](const MeshCoordinates& at) -> const RankRun& {
+    for (const RankRun& x : run.ranks)
+      if (x.at == MeshCoordinates{.pp = at.pp, .dp = 0, .tp = at.tp}) return x;
+    LATTICE_THROW(ValueError, "probe has no rank at {}", coordinates(at));
+  };
+  int64_t compared = 0;
+  for (const RankRun& x : run.ranks) {
+    if (x.at.dp == 0) continue;
+    const RankRun& first = replica_zero(x.at);
+    for (size_t i = 0; i < x.parameter_hashes.size(); ++i) {
+      ++compared;
+      if (x.parameter_hashes[i] == first.parameter_hashes[i]) continue;
+      r.verdict = Verdict::kFail;
+      r.saw = fmt::format(
+          "after {} probe steps parameter '{}' differs between dp rank 0 and dp rank {} (pp {}, "
+          "tp {}): the replicas diverged",
+          x.losses.size(), x.parameter_names[i], x.at.dp, x.at.pp, x.at.tp);
+      r.fix =
+          "every dp rank must apply the same reduced gradients: run lattice train with "
+          "--check-replicas to stop at the first step where they part";
+      r.figures = {{"parameter", x.parameter_names[i]}, {"dp_ranks", {0, x.at.dp}}};
+      return r;
+    }
+    if (x.optimizer_hash && first.optimizer_hash && *x.optimizer_hash != *first.optimizer_hash) {
+      r.verdict = Verdict::kFail;
+      r.saw =
+          fmt::format("the AdamW moments differ between dp rank 0 and dp rank {} (pp {}, tp {})",
+                      x.at.dp, x.at.pp, x.at.tp);
+      r.fix = "every dp rank must step its optimizer with the same gradients and LR";
+      return r;
+    }
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("{} parameter hashes of {} dp replicas after {} probe steps: identical",
+                      compared, p.dp, run.ranks.front().losses.size());
+  r.figures = {{"compared", compared}};
+  return r;
+}
+
+// ---- 5. Global batch ------------------------------------------------------------------------
+
+CheckResult check_batch(const DoctorInput& in) {
+  CheckResult r;
+  TrainConfig c;
+  try {
+    c = resolved(in.config);
+  } catch (const ConfigError& e) {
+    r.verdict = Verdict::kFail;
+    set_from_error(r, e.what());
+    return r;
+  }
+  r.figures = {{"global_batch", c.global_batch},
+               {"micro_batch", c.micro_batch},
+               {"micro_batches", c.micro_batches},
+               {"dp", c.parallel.dp},
+               {"seq_len", c.seq_len},
+               {"tokens_per_step", c.tokens_per_step()},
+               {"lr", c.lr},
+               {"min_lr", c.min_lr},
+               {"warmup_steps", c.warmup_steps},
+               {"decay_steps", c.decay_steps}};
+  const std::string batch = fmt::format(
+      "global batch {} = micro-batch {} × {} micro-batches × dp {}; {} tokens per step ({} × "
+      "{}); LR {:g} warming up over {} steps, cosine to {:g} at step {}",
+      c.global_batch, c.micro_batch, c.micro_batches, c.parallel.dp, c.tokens_per_step(),
+      c.global_batch, c.seq_len, c.lr, c.warmup_steps, c.min_lr, c.decay_steps);
+  r.verdict = Verdict::kPass;
+  r.saw = batch;
+  if (!in.resume_from) return r;
+  const fs::path dir = *in.resume_from;
+  nlohmann::json saved;
+  try {
+    const Manifest manifest = read_manifest(dir);
+    if (!manifest.state.contains("resume_keys")) {
+      r.saw += fmt::format(
+          "; {} records no resume keys (written before they existed): not compared", dir.string());
+      return r;
+    }
+    saved = manifest.state.at("resume_keys");
+  } catch (const Error& e) {
+    r.verdict = Verdict::kFail;
+    set_from_error(r, e.what());
+    return r;
+  }
+  std::optional<int64_t> tokens;
+  std::error_code ec;
+  if (fs::exists(fs::path(c.data_dir) / "train.bin", ec)) {
+    tokens = TokenFile(fs::path(c.data_dir) / "train.bin").size();
+  }
+  TrainConfig as_trained = c;  // the Trainer keeps decay_steps as given (0: train.steps)
+  as_trained.decay_steps = in.config.decay_steps;
+  const std::vector<ResumeChange> changes = resume_changes(saved, resume_keys(as_trained, tokens));
+  if (changes.empty()) {
+    r.saw += fmt::format("; {} was trained with the same batch, sequence, data and LR schedule",
+                         dir.string());
+    return r;
+  }
+  std::vector<std::string> lines, keeps;
+  bool batch_changed = false, lr_changed = false;
+  for (const ResumeChange& change : changes) {
+    lines.push_back(fmt::format("{}: saved {}, now {}", change.key, change.saved, change.now));
+    if (!change.keep.empty()) keeps.push_back(change.keep);
+    batch_changed |= change.key == "batch.global_batch";
+    lr_changed |= change.key == "optim.lr";
+  }
+  r.verdict = Verdict::kFail;
+  r.saw = fmt::format("resuming {} would change {}", dir.string(), fmt::join(lines, "; "));
+  if (batch_changed && !lr_changed) {
+    const double saved_batch = saved.at("batch.global_batch").get<double>();
+    r.saw += fmt::format(
+        "; the LR was not rescaled with the global batch (linear scaling would give optim.lr = "
+        "{:.3g})",
+        double(c.lr) * double(c.global_batch) / saved_batch);
+  } else if (batch_changed && changes.size() == 2 && lr_changed) {
+    r.verdict = Verdict::kWarn;  // a deliberate change of both, LR rescaled
+  }
+  r.fix = fmt::format(
+      "resume with the saved values ({}), or accept the change with "
+      "--resume-allow-change KEY",
+      keeps.empty() ? "the same data" : fmt::format("{}", fmt::join(keeps, " ")));
+  return r;
+}
+
+// ---- 6. Attention vs tensor parallelism -----------------------------------------------------
+
+CheckResult check_attention_tp(const DoctorInput& in) {
+  CheckResult r;
+  const TrainConfig& c = in.config;
+  const ParallelConfig& p = c.parallel;
+  r.figures = {{"tp", p.tp}, {"n_head", c.model.n_head}, {"n_kv_head", c.model.n_kv_head}};
+  if (p.tp == 1) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "tp = 1: attention is not split";
+    return r;
+  }
+  try {
+    validate_tensor_parallel(c.model, {p.tp, 0, p.sequence_parallel});
+  } catch (const ConfigError& e) {
+    r.verdict = Verdict::kFail;
+    set_from_error(r, e.what());
+    return r;
+  }
+  const std::string split =
+      fmt::format("{} query and {} kv heads of size {} split over tp {}", c.model.n_head,
+                  c.model.n_kv_head, c.model.head_size(), p.tp);
+  if (!in.probe) {
+    r.verdict = Verdict::kPass;
+    r.saw = split + "; the probe did not run";
+    return r;
+  }
+  const double layout = in.probe->layout.losses.front();
+  const double single = in.probe->single.losses.front();
+  const double diff = relative_difference(layout, single);
+  r.figures["first_loss"] = layout;
+  r.figures["first_loss_one_rank"] = single;
+  if (diff > tolerance(c)) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format(
+        "{}, but the probe's first loss {:.9g} differs from the one-rank run's {:.9g} by {:.2g} "
+        "(relative; allowed {:.0e}): the sharded attention does not compute the whole one",
+        split, layout, single, diff, tolerance(c));
+    r.fix = "lattice explain --tp N shows each rank's heads; compare with --tp 1";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw =
+      fmt::format("{}; the probe's first loss {:.9g} equals the one-rank run's ({:.2g} relative)",
+                  split, layout, diff);
+  return r;
+}
+
+// ---- 8. Sharding that does not shard --------------------------------------------------------
+
+CheckResult check_sharding(const DoctorInput& in) {
+  CheckResult r;
+  const ParallelConfig& p = in.config.parallel;
+  if (p.dp == 1 || p.zero == 0) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = p.dp == 1 ? "dp = 1: nothing is sharded over data parallelism"
+                      : "parallel.zero = 0: every dp rank holds everything";
+    return r;
+  }
+  if (!in.probe) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it measures each rank's bytes by category)";
+    return r;
+  }
+  const TrainConfig& slice = in.probe->config;
+  const LayoutRunResult& run = in.probe->layout;
+  const StagePartition partition =
+      partition_model(slice.model, p.pp, p.pp > 1 ? p.virtual_stages : 1, {});
+  struct Category {
+    MemoryCategory category;
+    const char* name;
+    int from_stage;  // the ZeRO stage that shards it
+  };
+  const Category categories[] = {{MemoryCategory::kOptimizerState, "optimizer state", 1},
+                                 {MemoryCategory::kGradients, "gradients", 2},
+                                 {MemoryCategory::kParameters, "parameters", 3}};
+  for (const RankRun& rank : run.ranks) {
+    const RankWorkload w = workload_of(slice, partition, rank.at.pp, rank.at.tp);
+    const ParameterTable expected =
+        parameter_table(w, ZeroSharding{.stage = p.zero, .ranks = p.dp, .rank = rank.at.dp});
+    const int64_t expected_bytes[] = {expected.optimizer_bytes, expected.gradient_bytes,
+                                      expected.parameter_bytes};
+    for (int i = 0; i < 3; ++i) {
+      if (p.zero < categories[i].from_stage) continue;
+      const int64_t measured =
+          int64_t(rank.finished.live_by_category[size_t(categories[i].category)]);
+      if (&rank == &run.ranks.front()) {
+        r.figures[categories[i].name] = {{"measured_bytes", measured},
+                                         {"expected_bytes", expected_bytes[i]}};
+      }
+      // ZeRO-2/3's lent buckets and gathered layers are transient; a quarter on top is slack.
+      if (double(measured) <= 1.25 * double(expected_bytes[i]) + 4096) continue;
+      r.verdict = Verdict::kFail;
+      r.saw = fmt::format(
+          "rank {} holds {} bytes of {} after the probe steps, but ZeRO-{} over dp {} should "
+          "leave it {} bytes: the {} is not sharded",
+          coordinates(rank.at), measured, categories[i].name, p.zero, p.dp, expected_bytes[i],
+          categories[i].name);
+      r.fix =
+          "a buffer of the full size survives the sharding; lattice train prints each "
+          "rank's memory by category at the end, compare it with lattice explain";
+      r.figures = {{"category", categories[i].name},
+                   {"measured_bytes", measured},
+                   {"expected_bytes", expected_bytes[i]}};
+      return r;
+    }
+  }
+  const nlohmann::json& optimizer = r.figures.at("optimizer state");
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "every rank's bytes of what ZeRO-{} shards match the sharded sizes after the probe steps "
+      "({} ranks; rank 0's optimizer state {} bytes, expected {})",
+      p.zero, run.ranks.size(), optimizer.at("measured_bytes").get<int64_t>(),
+      optimizer.at("expected_bytes").get<int64_t>());
+  return r;
+}
+
+// ---- 11. Checkpoint directory ---------------------------------------------------------------
+
+CheckResult check_checkpoint_dir(const DoctorInput& in) {
+  CheckResult r;
+  const TrainConfig& c = in.config;
+  if (c.out_dir.empty()) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "output.dir is unset: the run writes no checkpoint";
+    return r;
+  }
+  const fs::path dir = c.out_dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path marker = dir / fmt::format(".lattice-doctor-{}", ::getpid());
+  bool written = false;
+  if (!ec) {
+    std::ofstream out(marker);
+    written = bool(out << "lattice doctor\n");
+  }
+  fs::remove(marker, ec);
+  if (!written) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format("output.dir '{}' cannot be created or written", dir.string());
+    r.fix = "--set output.dir=DIR with a directory every rank can write";
+    return r;
+  }
+  const int64_t checkpoint_bytes = model_parameters(c.model) * 12;  // master + m + v, f32
+  const int64_t copies = c.keep_last > 0 ? c.keep_last + 1 : 2;     // the new one is staged first
+  struct statvfs fs_stats {};
+  const int64_t free_bytes = ::statvfs(dir.c_str(), &fs_stats) == 0
+                                 ? int64_t(fs_stats.f_bavail) * int64_t(fs_stats.f_frsize)
+                                 : -1;
+  r.figures = {
+      {"checkpoint_bytes", checkpoint_bytes}, {"free_bytes", free_bytes}, {"copies", copies}};
+  if (free_bytes >= 0 && free_bytes < checkpoint_bytes) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format("'{}' has {:.3g} GB free but one checkpoint takes {:.3g} GB", dir.string(),
+                        double(free_bytes) / 1e9, double(checkpoint_bytes) / 1e9);
+    r.fix = "free space, or --set output.dir=DIR on a larger file system";
+    return r;
+  }
+  std::vector<std::string> leftovers;
+  for (const fs::path& root : {dir, dir / "checkpoints"}) {
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      if (entry.is_directory() && entry.path().extension() == ".tmp") {
+        leftovers.push_back(entry.path().string());
+      }
+    }
+  }
+  std::sort(leftovers.begin(), leftovers.end());
+  const std::string space =
+      free_bytes < 0
+          ? "free space unknown"
+          : fmt::format("{:.3g} GB free for {} checkpoint(s) of {:.3g} GB",
+                        double(free_bytes) / 1e9, copies, double(checkpoint_bytes) / 1e9);
+  if (!leftovers.empty()) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format("'{}' is writable, {}; an interrupted save left {}", dir.string(), space,
+                        fmt::join(leftovers, ", "));
+    r.fix =
+        "they are never loaded; the next save of that step replaces it, or remove them "
+        "with rm -r to free the space";
+    return r;
+  }
+  if (free_bytes >= 0 && free_bytes < checkpoint_bytes * copies) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format("'{}' is writable but {}", dir.string(), space);
+    r.fix = "lower output.keep_last or free space";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw =
+      fmt::format("'{}' is writable, {}, no leftovers of an interrupted save", dir.string(), space);
+  return r;
+}
+
+// ---- 12. Local instead of global grad norm ---------------------------------------------------
+
+CheckResult check_grad_norm(const DoctorInput& in) {
+  CheckResult r;
+  if (!in.probe) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it compares the layout's grad norms with one rank's)";
+    return r;
+  }
+  const LayoutRunResult& run = in.probe->layout;
+  const std::vector<double>& single = in.probe->single.ranks.front().grad_norms;
+  const double allowed = tolerance(in.config);
+  double worst = 0;
+  for (const RankRun& rank : run.ranks) {
+    for (size_t s = 0; s < rank.grad_norms.size() && s < single.size(); ++s) {
+      const double diff = relative_difference(rank.grad_norms[s], single[s]);
+      worst = std::max(worst, diff);
+      if (diff <= allowed) continue;
+      r.verdict = Verdict::kFail;
+      r.saw = fmt::format(
+          "step {}: rank {} measured grad norm {:.9g}, the one-rank run of the same batch "
+          "{:.9g} ({:.2g} relative, allowed {:.0e}): the clip uses a norm that is not the "
+          "global one",
+          s + 1, coordinates(rank.at), rank.grad_norms[s], single[s], diff, allowed);
+      r.fix =
+          "the norm must sum every rank's squares over tp, pp and the dp shards "
+          "(train/grad_norm.h global_grad_norm) before the clip";
+      r.figures = {{"step", s + 1}, {"measured", rank.grad_norms[s]}, {"one_rank", single[s]}};
+      return r;
+    }
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "every rank's grad norm of {} probe steps equals the one-rank run's "
+      "(worst {:.2g} relative, allowed {:.0e})",
+      single.size(), worst, allowed);
+  r.figures = {{"worst_relative", worst}};
+  return r;
+}
+
+}  // namespace
+
+double predicted_step_seconds(const TrainConfig& config, const ProbeResult& probe, int cores) {
+  const TrainConfig c = resolved(config);
+  const double probe_step_s = probe.layout.median_step_ms() / 1e3;
+  const double scale = flops_per_step(c) / flops_per_step(probe.config);
+  // The probe gave each rank one thread, sharing the cores when its ranks outnumber them.
+  const int world = world_of(c);
+  cores = std::max(1, cores);
+  const double probe_share = std::min(1.0, double(cores) / double(world));
+  const int threads = c.threads > 0 ? c.threads : std::max(1, cores / world);
+  return probe_step_s * scale * probe_share / double(threads);
+}
+
+const std::vector<DoctorCheck>& doctor_checks() {
+  static const std::vector<DoctorCheck> checks = {
+      {"timeouts", "Collective timeouts vs the step", false, check_timeouts},
+      {"cores", "Ranks, threads and cores", false, check_cores},
+      {"memory", "Memory headroom", false, check_memory},
+      {"batch", "Global batch and LR schedule", false, check_batch},
+      {"attention-tp", "Attention vs tensor parallelism", false, check_attention_tp},
+      {"checkpoint-dir", "Checkpoint directory", false, check_checkpoint_dir},
+      {"recompute", "Recompute vs tensor parallelism", true, check_recompute},
+      {"replicas", "Diverging master weights", true, check_replicas},
+      {"sharding", "Sharding that does not shard", true, check_sharding},
+      {"grad-norm", "Local instead of global grad norm", true, check_grad_norm},
+  };
+  return checks;
+}
+
+std::vector<CheckResult> run_checks(const DoctorInput& input) {
+  std::vector<CheckResult> results;
+  for (const DoctorCheck& check : doctor_checks()) {
+    CheckResult result = check.run(input);
+    result.id = check.id;
+    result.title = check.title;
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+}  // namespace lattice::doctor

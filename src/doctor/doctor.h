@@ -1,0 +1,46 @@
+// `lattice doctor`: one check per classic failure mode of distributed training (docs/doctor.md).
+// Each check is a function of what the doctor was given: the config (its [parallel] layout
+// included), the machine, optionally a checkpoint to resume from, and the probe's runs. A check
+// whose input is missing says N/A and why.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "doctor/check.h"
+#include "doctor/machine.h"
+#include "doctor/probe.h"
+#include "train/train_config.h"
+
+namespace lattice::doctor {
+
+struct DoctorInput {
+  TrainConfig config;  // as `lattice train` would run it: layout flags applied
+  MachineFacts machine;
+  bool oversubscribe = false;  // lattice train --oversubscribe: more in-process ranks than cores
+  std::optional<std::filesystem::path> resume_from = {};  // a checkpoint the run resumes
+  std::optional<ProbeResult> probe = {};                  // none: --no-probe (or --preflight)
+};
+
+// The checks in order, like ggml's op-test registry: an id, a title, whether it needs the probe,
+// and the function.
+struct DoctorCheck {
+  std::string_view id;
+  std::string_view title;
+  bool needs_probe = false;
+  CheckResult (*run)(const DoctorInput& input) = nullptr;
+};
+const std::vector<DoctorCheck>& doctor_checks();
+
+// Every check on `input`, in registry order.
+std::vector<CheckResult> run_checks(const DoctorInput& input);
+
+// The probe steps' step time scaled to the whole config (model FLOPs per step, full over slice),
+// seconds: the doctor's prediction of one step of `config` on the probed layout, the probe's
+// one thread per rank (sharing `cores` when the ranks outnumber them) scaled to the run's
+// thread budget as if threads scaled perfectly.
+double predicted_step_seconds(const TrainConfig& config, const ProbeResult& probe, int cores);
+
+}  // namespace lattice::doctor

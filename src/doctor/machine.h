@@ -1,0 +1,22 @@
+// What the doctor reads of the machine this process runs on: the cores it may use, the NUMA
+// nodes (hwloc), the memory still available, and thread settings that fight Lattice's budget.
+// A plain struct, so that tests describe a machine instead of needing one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace lattice::doctor {
+
+struct MachineFacts {
+  int cores = 1;                               // in this process's CPU affinity (sched_getaffinity)
+  int numa_nodes = 1;                          // on the machine
+  int numa_nodes_spanned = 1;                  // that the affinity's cores belong to
+  int64_t available_memory_bytes = -1;         // /proc/meminfo MemAvailable; -1 unknown
+  std::optional<std::string> omp_num_threads;  // OMP_NUM_THREADS as set, if it is
+};
+
+MachineFacts observe_machine();
+
+}  // namespace lattice::doctor

@@ -1,0 +1,86 @@
+#include "doctor/probe.h"
+
+#include <algorithm>
+
+#include "core/timer.h"
+#include "train/train_benchmark.h"
+
+namespace lattice::doctor {
+
+namespace {
+
+LayoutRunOptions layout_options(const ParallelConfig& p, const ProbeOptions& options) {
+  return {.dp = p.dp,
+          .tp = p.tp,
+          .sequence_parallel = p.sequence_parallel,
+          .zero = p.zero,
+          .pp = p.pp,
+          .schedule = p.schedule,
+          .virtual_stages = p.pp > 1 ? p.virtual_stages : 1,
+          .recompute = p.recompute,
+          .threads = 1,
+          .warmup_steps = 0,
+          .steps = options.steps,
+          .bucket_bytes = int64_t(p.bucket_mb * (1 << 20))};
+}
+
+}  // namespace
+
+TrainConfig probe_config(const TrainConfig& config, int steps) {
+  TrainConfig probe = config;
+  const ParallelConfig& p = config.parallel;
+  const int chunks = p.pp * (p.pp > 1 ? p.virtual_stages : 1);
+  probe.model.n_layer = std::min<int64_t>(config.model.n_layer, std::max(2, chunks));
+  probe.parallel.layers_per_chunk.clear();
+  const int64_t seq = config.seq_len > 0 ? config.seq_len : config.model.seq_len;
+  probe.seq_len = std::min<int64_t>(seq, 32);
+  probe.micro_batch = 1;
+  probe.micro_batches = p.pp > 1 ? 2 * p.pp : 1;
+  probe.global_batch = 0;
+  probe.resolve_batch(p.dp);
+  probe.steps = steps;
+  probe.threads = 1;
+  probe.eval_interval = 0;
+  probe.sample_tokens = 0;
+  probe.out_dir.clear();
+  probe.checkpoint_every = 0;
+  return probe;
+}
+
+ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
+  Stopwatch wall;
+  ProbeResult result;
+  result.config = probe_config(config, options.steps);
+  const TrainConfig& slice = result.config;
+  const TrainingData data{
+      .train = random_token_file(slice.global_batch, slice.seq_len,
+                                 std::min<int64_t>(slice.model.vocab_size, kTokenFileMaxVocab),
+                                 slice.seed),
+      .val = nullptr};
+
+  LayoutRunOptions layout = layout_options(slice.parallel, options);
+  layout.data = data;
+  layout.after_step = options.after_layout_step;
+  result.layout = run_layout(slice, layout);
+
+  if (slice.parallel.recompute != Recompute::kNone) {
+    LayoutRunOptions toggled = layout;
+    toggled.recompute = Recompute::kNone;
+    toggled.after_step = options.after_toggled_step;
+    result.without_recompute = run_layout(slice, toggled);
+  }
+
+  TrainConfig one_rank = slice;
+  one_rank.parallel = ParallelConfig{};
+  one_rank.parallel.recompute = slice.parallel.recompute;
+  one_rank.micro_batches = slice.micro_batches * slice.parallel.dp;
+  one_rank.global_batch = 0;
+  one_rank.resolve_batch(1);
+  LayoutRunOptions single = layout_options(one_rank.parallel, options);
+  single.data = data;
+  result.single = run_layout(one_rank, single);
+  result.seconds = wall.seconds();
+  return result;
+}
+
+}  // namespace lattice::doctor

@@ -1,0 +1,95 @@
+// `lattice doctor` and `lattice train --preflight` through the executable: a healthy layout
+// passes every check with exit 0, a created condition fails exactly its check with exit 1, the
+// --json lines parse with the stable fields, and a failing preflight starts no rank.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "cli/cli_run.h"
+#include "support/scratch_dir.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 120;
+const std::string kTinyConfig = LATTICE_SOURCE_DIR "/configs/gpt2-tiny.toml";
+
+std::vector<std::string> doctor(std::vector<std::string> extra) {
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "doctor", kTinyConfig};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// check id -> verdict, from --json output (one object per line).
+std::map<std::string, std::string> verdicts(const std::string& out) {
+  std::map<std::string, std::string> by_id;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* field : {"id", "title", "verdict", "saw", "fix", "figures"}) {
+      EXPECT_TRUE(j.contains(field)) << field << " in " << line;
+    }
+    by_id[j.at("id").get<std::string>()] = j.at("verdict").get<std::string>();
+  }
+  return by_id;
+}
+
+TEST(DoctorCli, AHealthyLayoutPassesEveryCheckAndExitsZero) {
+  // dp 2 × tp 2 is four in-process ranks: on a machine of fewer cores the run needs
+  // --oversubscribe, which the doctor then only warns about.
+  const CliResult r = run_cli(doctor({"--dp", "2", "--tp", "2", "--zero", "1", "--recompute",
+                                      "selective", "--oversubscribe", "--json"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::map<std::string, std::string> by_id = verdicts(r.out);
+  EXPECT_EQ(by_id.size(), 10u) << r.out;
+  for (const auto& [id, verdict] : by_id) {
+    if (id == "cores" && verdict == "WARN") continue;  // a small machine, --oversubscribe
+    EXPECT_TRUE(verdict == "PASS" || verdict == "N/A") << id << ": " << verdict << "\n" << r.out;
+  }
+  for (const char* id : {"recompute", "replicas", "sharding", "grad-norm", "attention-tp"}) {
+    EXPECT_EQ(by_id.at(id), "PASS") << id << "\n" << r.out;
+  }
+}
+
+TEST(DoctorCli, ADeadlineShorterThanTheStepFailsOnlyTimeoutsWithExitOne) {
+  const CliResult r =
+      run_cli(doctor({"--dp", "2", "--set", "parallel.timeout_s=0.0000001", "--json"}), kLimitS);
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  for (const auto& [id, verdict] : verdicts(r.out)) {
+    EXPECT_EQ(verdict == "FAIL", id == "timeouts") << id << ": " << verdict << "\n" << r.out;
+  }
+}
+
+TEST(DoctorCli, TheTextReportNamesEachCheckAndItsFix) {
+  const std::filesystem::path out = scratch_dir("doctor_cli_text") / "file";
+  { std::ofstream(out) << "x"; }
+  const CliResult r =
+      run_cli(doctor({"--no-probe", "--set", "output.dir=" + (out / "run").string()}), kLimitS);
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_NE(r.out.find("FAIL  Checkpoint directory (checkpoint-dir)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fix: --set output.dir=DIR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("N/A   Diverging master weights (replicas)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("probe: not run (--no-probe)"), std::string::npos) << r.out;
+}
+
+TEST(PreflightCli, AFailingPreflightRefusesToStartAndNamesTheCheck) {
+  const CliResult r = run_cli({LATTICE_EXECUTABLE, "train", kTinyConfig, "--preflight", "--tp", "3",
+                               "--oversubscribe", "--set", "train.steps=2"},
+                              kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();  // input refused
+  EXPECT_NE(r.out.find("FAIL  Attention vs tensor parallelism (attention-tp)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("preflight: 1 check(s) failed (attention-tp)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("| loss "), std::string::npos) << r.out;  // no step trained
+}
+
+}  // namespace
+}  // namespace lattice::testing
