@@ -1,5 +1,6 @@
 // `lattice doctor CONFIG [--set key=value ...] [layout flags] [--resume DIR] [--no-probe]
-// [--probe-steps N] [--json] [--oversubscribe]`: the checks of doctor/doctor.h on the config as
+// [--probe-steps N] [--json] [--oversubscribe]`, or `mpirun -np N lattice doctor --env
+// [--threads T]`: the checks of doctor/doctor.h on the config as
 // `lattice train` would run it (the same layout flags), after a probe of a few real steps of the
 // layout on a slice of the model (doctor/probe.h). Text by default, one JSON object per check with
 // --json; exit code 1 when a check fails.
@@ -9,16 +10,23 @@
 #include <cstdlib>
 #include <memory>
 
+#include "ckpt/collective_save.h"
 #include "cli/commands.h"
 #include "cli/layout_flags.h"
 #include "cli/validators.h"
+#include "comm/launch.h"
+#include "comm/launch_env.h"
+#include "core/error.h"
 #include "doctor/doctor.h"
+#include "doctor/rank_environment.h"
 
 namespace lattice::cli {
 
 namespace {
 
 struct DoctorArgs {
+  bool env = false;  // --env: the launch environment of every rank instead of a config
+  int threads = 0;   // --env: each rank's thread budget (train.threads; 0: its cores)
   std::string config;
   std::vector<std::string> overrides;
   LayoutFlags layout;
@@ -37,7 +45,64 @@ std::string layout_line(const ParallelConfig& p) {
       p.zero, recompute_name(p.recompute));
 }
 
+void print_results(const std::vector<doctor::CheckResult>& results, bool json) {
+  if (json) {
+    for (const doctor::CheckResult& r : results) fmt::print("{}\n", doctor::to_json(r).dump());
+    return;
+  }
+  fmt::print("{}", doctor::format_results(results));
+  int counts[4] = {0, 0, 0, 0};
+  for (const doctor::CheckResult& r : results) ++counts[int(r.verdict)];
+  fmt::print("\n{} passed, {} warned, {} failed, {} not applicable\n", counts[0], counts[1],
+             counts[2], counts[3]);
+}
+
+// --env: every rank (one process each under mpirun or srun, else this process alone) reports
+// what it sees of its launch; rank 0 prints the checks of all of them.
+void run_environment_doctor(const DoctorArgs& args) {
+  const std::optional<LaunchEnvironment> launch = detect_launch_environment();
+  const TransportKind transport = launch ? TransportKind::kMpi : TransportKind::kThreads;
+  int failed = 0;
+  launch_ranks(transport, launch ? launch->size : 1, [&](Communicator& world) {
+    const doctor::RankEnvironment mine =
+        doctor::observe_rank_environment(world.rank(), world.size(), args.threads);
+    std::vector<doctor::RankEnvironment> ranks;
+    for (const std::string& text :
+         all_gather_strings(world, doctor::to_json(mine).dump(), std::chrono::seconds(30))) {
+      ranks.push_back(doctor::rank_environment_from_json(nlohmann::json::parse(text)));
+    }
+    const std::vector<doctor::CheckResult> results = doctor::check_rank_environments(ranks);
+    failed = doctor::failed_count(results);
+    if (world.rank() != 0) return;
+    if (!args.json) {
+      fmt::print("lattice doctor --env: {} rank(s), {}\n\n", ranks.size(),
+                 launch ? "launched by " + launch->launcher : std::string("started by hand"));
+      for (const doctor::RankEnvironment& e : ranks) {
+        fmt::print(
+            "rank {} on {}: launcher rank {}, local rank {}; {} core(s), {} NUMA node(s), "
+            "{} thread(s)\n",
+            e.rank, e.host, e.launcher ? std::to_string(e.launcher->rank) : "-",
+            e.launcher ? std::to_string(e.launcher->local_rank) : "-", e.cpus.size(),
+            e.numa_nodes_spanned, e.threads);
+      }
+      fmt::print("\n");
+    }
+    print_results(results, args.json);
+  });
+  std::fflush(stdout);
+  if (failed > 0) std::exit(1);
+}
+
 void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
+  if (args.env) {
+    run_environment_doctor(args);
+    return;
+  }
+  if (args.config.empty()) {
+    LATTICE_THROW(ConfigError,
+                  "lattice doctor needs a config ---> HINT: lattice doctor "
+                  "configs/gpt2-tiny.toml [layout flags], or --env under the launcher");
+  }
   doctor::DoctorInput input;
   input.config = load_train_config(args.config, args.overrides);
   apply_layout_flags(cmd, args.layout, input.config.parallel);
@@ -69,17 +134,11 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   }
   for (doctor::CheckResult& r : doctor::run_checks(input)) results.push_back(std::move(r));
 
-  if (args.json) {
-    for (const doctor::CheckResult& r : results) fmt::print("{}\n", doctor::to_json(r).dump());
-  } else {
+  if (!args.json) {
     fmt::print("lattice doctor: {} ({}), {}\n{}\n\n", args.config, input.config.model.name,
                layout_line(input.config.parallel), probe_line);
-    fmt::print("{}", doctor::format_results(results));
-    int counts[4] = {0, 0, 0, 0};
-    for (const doctor::CheckResult& r : results) ++counts[int(r.verdict)];
-    fmt::print("\n{} passed, {} warned, {} failed, {} not applicable\n", counts[0], counts[1],
-               counts[2], counts[3]);
   }
+  print_results(results, args.json);
   std::fflush(stdout);
   if (doctor::failed_count(results) > 0) std::exit(1);
 }
@@ -90,7 +149,13 @@ void register_doctor_command(CLI::App& app) {
   auto args = std::make_shared<DoctorArgs>();
   CLI::App* cmd = app.add_subcommand(
       "doctor", "Check a config, its layout and this machine for the classic failure modes");
-  cmd->add_option("config", args->config, "The train TOML config (see configs/)")->required();
+  cmd->add_option("config", args->config, "The train TOML config (see configs/)");
+  cmd->add_flag("--env", args->env,
+                "The launch environment instead of a config: run under mpirun or srun, each rank "
+                "reports (launcher's rank, cores, NUMA, devices) and rank 0 checks them all");
+  cmd->add_option("--threads", args->threads,
+                  "--env: each rank's thread budget to check its cores against (train.threads)")
+      ->check(non_negative_number());
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
       ->allow_extra_args(false);
   add_layout_flags(*cmd, args->layout);

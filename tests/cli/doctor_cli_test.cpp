@@ -91,5 +91,22 @@ TEST(PreflightCli, AFailingPreflightRefusesToStartAndNamesTheCheck) {
   EXPECT_EQ(r.out.find("| loss "), std::string::npos) << r.out;  // no step trained
 }
 
+TEST(DoctorCli, UnderMpirunEveryRankReportsAndUnboundRanksFailAffinity) {
+  auto env_doctor = [](const std::string& binding) {
+    return run_cli(
+        {LATTICE_MPIEXEC, "-np", "2", "--oversubscribe", "--allow-run-as-root", "--bind-to",
+         binding, LATTICE_EXECUTABLE, "doctor", "--env", "--threads", "1", "--json"},
+        kLimitS);
+  };
+  const CliResult bound = env_doctor("core");
+  ASSERT_EQ(bound.exit_code, 0) << bound.all();
+  EXPECT_EQ(verdicts(bound.out).at("launcher"), "PASS") << bound.out;  // rank 0 prints, once
+  EXPECT_EQ(verdicts(bound.out).at("affinity"), "PASS") << bound.out;
+  const CliResult unbound = env_doctor("none");
+  EXPECT_NE(unbound.exit_code, 0) << unbound.all();
+  EXPECT_EQ(verdicts(unbound.out).at("affinity"), "FAIL") << unbound.out;
+  EXPECT_NE(unbound.out.find("ranks 0 and 1"), std::string::npos) << unbound.out;
+}
+
 }  // namespace
 }  // namespace lattice::testing
