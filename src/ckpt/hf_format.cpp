@@ -257,41 +257,93 @@ void check_hf_config(const fs::path& dir, const ModelConfig& config) {
 
 }  // namespace
 
-void load_hf_weights(const fs::path& source, Transformer& model) {
-  HfLoad load;
-  if (!fs::is_directory(source)) {
-    load_hf_file(source, model, load);
-    finish_hf_load(source, model, load);
-    return;
-  }
-  check_hf_config(source, model.config());
+namespace {
+
+// The weight files of `source`: a .safetensors file itself, or a model directory's
+// model.safetensors or the files its model.safetensors.index.json names (config.json checked
+// against `config` first).
+std::vector<fs::path> hf_weight_files(const fs::path& source, const ModelConfig& config) {
+  if (!fs::is_directory(source)) return {source};
+  check_hf_config(source, config);
   const fs::path single = source / "model.safetensors";
   const fs::path index = source / "model.safetensors.index.json";
-  if (fs::exists(single)) {
-    load_hf_file(single, model, load);
-  } else if (fs::exists(index)) {
-    // The hub's sharded layout: weight_map names the file of every tensor.
-    std::ifstream in(index);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      LATTICE_THROW(IoError, "{} has no \"weight_map\" object ---> HINT: the index is damaged",
-                    index.string());
-    }
-    std::set<std::string> files;
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string()) {
-        LATTICE_THROW(IoError, "{}: the file of '{}' is not a string", index.string(), name);
-      }
-      files.insert(file.get<std::string>());
-    }
-    for (const std::string& file : files) load_hf_file(source / file, model, load);
-  } else {
+  if (fs::exists(single)) return {single};
+  if (!fs::exists(index)) {
     LATTICE_THROW(IoError,
                   "{} holds neither model.safetensors nor model.safetensors.index.json ---> "
                   "HINT: pass a Hugging Face model directory or a .safetensors file",
                   source.string());
   }
+  // The hub's sharded layout: weight_map names the file of every tensor.
+  std::ifstream in(index);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    LATTICE_THROW(IoError, "{} has no \"weight_map\" object ---> HINT: the index is damaged",
+                  index.string());
+  }
+  std::set<std::string> files;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) {
+      LATTICE_THROW(IoError, "{}: the file of '{}' is not a string", index.string(), name);
+    }
+    files.insert(file.get<std::string>());
+  }
+  std::vector<fs::path> paths;
+  for (const std::string& file : files) paths.push_back(source / file);
+  return paths;
+}
+
+}  // namespace
+
+void load_hf_weights(const fs::path& source, Transformer& model) {
+  HfLoad load;
+  for (const fs::path& file : hf_weight_files(source, model.config())) {
+    load_hf_file(file, model, load);
+  }
   finish_hf_load(source, model, load);
+}
+
+HfWeightsSurvey survey_hf_weights(const fs::path& source, const ModelConfig& config) {
+  HfWeightsSurvey survey;
+  const ParameterRegistry registry(config);
+  std::set<std::string> found;
+  for (const fs::path& file : hf_weight_files(source, config)) {
+    SafetensorsReader reader(file);
+    for (const SafetensorsTensorInfo& t : reader.tensors()) {
+      HfTensorSurvey entry;
+      entry.file_name = t.name;
+      entry.dtype = t.dtype;
+      entry.shape = t.shape;
+      entry.name = canonical_name(t.name, config);
+      const int index = entry.name.empty() ? -1 : registry.find(entry.name);
+      const bool zero_bias_candidate =
+          config.family == ModelFamily::kGpt2 && !config.bias && ends_with(entry.name, ".bias");
+      if (entry.name.empty() || (index < 0 && zero_bias_candidate)) {
+        entry.kind = HfTensorSurvey::Kind::kSkipped;  // the load checks such biases are zero
+      } else if (index < 0) {
+        entry.kind = HfTensorSurvey::Kind::kUnexpected;
+      } else {
+        entry.expected = registry.at(index).shape;
+        found.insert(entry.name);
+        if (t.shape != entry.expected) {
+          entry.kind = HfTensorSurvey::Kind::kMisshaped;
+        } else if (t.dtype == DType::kF32) {
+          entry.kind = HfTensorSurvey::Kind::kExact;
+        } else if (t.dtype == DType::kBF16 || t.dtype == DType::kF16) {
+          entry.kind = HfTensorSurvey::Kind::kWidened;
+        } else {
+          entry.kind = HfTensorSurvey::Kind::kRefused;
+        }
+      }
+      survey.tensors.push_back(std::move(entry));
+    }
+  }
+  for (const ParameterSpec& spec : registry.specs()) {
+    if (!found.contains(spec.name)) {
+      survey.missing.push_back(fmt::format("{} {}", spec.name, spec.shape.to_string()));
+    }
+  }
+  return survey;
 }
 
 void export_hf(const fs::path& dir, Transformer& model, const HfExportOptions& options) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "model/transformer.h"
 
@@ -21,6 +23,31 @@ namespace lattice {
 // the tensors of its part and leaves the others to their stages; the last stage's tied copy of
 // the token table reads the table.
 void load_hf_weights(const std::filesystem::path& file, Transformer& model);
+// What `lattice train --init-from SOURCE` would make of each tensor, from the files' headers
+// alone (lattice doctor): the same files, names and rules as load_hf_weights.
+struct HfTensorSurvey {
+  enum class Kind {
+    kExact,       // F32 into the F32 master
+    kWidened,     // BF16 or F16 into the F32 master: exact
+    kRefused,     // another dtype (I32): the load refuses it
+    kMisshaped,   // a parameter of another shape
+    kUnexpected,  // no parameter of the model has its name
+    kSkipped,     // a known non-parameter (attention-mask buffers, GPT-2's tied lm_head)
+  };
+  std::string file_name;  // as in the file
+  std::string name;       // the model's name for it; "" when skipped
+  DType dtype = DType::kF32;
+  Shape shape;
+  Shape expected;  // the parameter's shape, when the model has one of that name
+  Kind kind = Kind::kExact;
+};
+struct HfWeightsSurvey {
+  std::vector<HfTensorSurvey> tensors;
+  std::vector<std::string> missing;  // "name [shape]" of every parameter no file holds
+};
+// ConfigError when config.json describes another architecture; IoError for an unreadable file.
+HfWeightsSurvey survey_hf_weights(const std::filesystem::path& source, const ModelConfig& config);
+
 struct HfExportOptions {
   // Largest weight file, as transformers' save_pretrained(max_shard_size="5GB"): a larger model
   // is split into model-0000k-of-0000n.safetensors with model.safetensors.index.json.

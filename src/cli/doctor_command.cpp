@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include "ckpt/collective_save.h"
@@ -31,6 +32,7 @@ struct DoctorArgs {
   std::vector<std::string> overrides;
   LayoutFlags layout;
   std::string resume;
+  std::string init_from;
   bool no_probe = false;
   int probe_steps = 3;
   bool json = false;
@@ -109,12 +111,18 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   input.machine = doctor::observe_machine();
   input.oversubscribe = args.oversubscribe;
   if (!args.resume.empty()) input.resume_from = args.resume;
+  if (!args.init_from.empty()) input.init_from = args.init_from;
 
   std::vector<doctor::CheckResult> results;
   std::string probe_line = "probe: not run (--no-probe)";
   if (!args.no_probe) {
     try {
+      const std::map<std::string, int64_t> before = doctor::read_port_xmit_wait();
       input.probe = doctor::run_probe(input.config, {.steps = args.probe_steps});
+      for (const auto& [port, waits] : doctor::read_port_xmit_wait()) {
+        input.port_xmit_wait_during_probe[port] =
+            waits - (before.contains(port) ? before.at(port) : 0);
+      }
       const TrainConfig& slice = input.probe->config;
       probe_line = fmt::format(
           "probe: {} steps of {} layers, {} tokens per sequence, {} sequences per step, in {:.2f} "
@@ -161,6 +169,9 @@ void register_doctor_command(CLI::App& app) {
   add_layout_flags(*cmd, args->layout);
   cmd->add_option("--resume", args->resume,
                   "The checkpoint directory the run would resume from: compared with the config");
+  cmd->add_option("--init-from", args->init_from,
+                  "Hugging Face weights the run would start from (a .safetensors file or a model "
+                  "directory): every tensor checked against the model");
   cmd->add_flag("--no-probe", args->no_probe,
                 "Static checks only: no probe steps (the checks that need them say N/A)");
   cmd->add_option("--probe-steps", args->probe_steps, "Steps of the probe")

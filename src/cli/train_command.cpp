@@ -68,6 +68,7 @@ void run_preflight(const TrainConfig& config, const TrainArgs& args) {
                             .resume_from = std::nullopt,
                             .probe = std::nullopt};
   if (!args.run.resume.empty() && args.run.resume != "auto") input.resume_from = args.run.resume;
+  if (!args.run.init_from.empty()) input.init_from = args.run.init_from;
   const std::vector<doctor::CheckResult> results = doctor::run_checks(input);
   fmt::print("preflight (lattice doctor --no-probe):\n{}\n", doctor::format_results(results));
   std::vector<std::string> failed;

@@ -34,7 +34,8 @@ struct SlowLink {
 std::vector<SlowLink> slow_links_from_environment(int world_size) {
   const char* text = std::getenv("LATTICE_SLOW_LINK");
   std::vector<SlowLink> links;
-  if (text == nullptr) return links;
+  // A world of one rank has no link to slow (the doctor's one-rank run next to its layout).
+  if (text == nullptr || world_size == 1) return links;
   std::string_view rest(text);
   while (!rest.empty()) {
     const size_t comma = rest.find(',');

@@ -8,14 +8,19 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 
+#include "ckpt/hf_format.h"
 #include "ckpt/manifest.h"
+#include "ckpt/safetensors.h"
 #include "ckpt/trainer_checkpoint.h"
+#include "comm/cost_model.h"
 #include "core/error.h"
 #include "core/model_flops.h"
 #include "data/token_file.h"
 #include "model/model_description.h"
 #include "model/parameters.h"
+#include "plan/cluster_spec.h"
 #include "train/pipeline_stage.h"
 
 namespace lattice::doctor {
@@ -561,6 +566,85 @@ CheckResult check_attention_tp(const DoctorInput& in) {
   return r;
 }
 
+// ---- 7. dtype on load -----------------------------------------------------------------------
+
+CheckResult check_dtype_load(const DoctorInput& in) {
+  CheckResult r;
+  if (!in.init_from) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "no --init-from: the model starts from its seed";
+    return r;
+  }
+  const fs::path& source = *in.init_from;
+  HfWeightsSurvey survey;
+  try {
+    survey = survey_hf_weights(source, in.config.model);
+  } catch (const Error& e) {
+    r.verdict = Verdict::kFail;
+    set_from_error(r, e.what());
+    return r;
+  }
+  using Kind = HfTensorSurvey::Kind;
+  std::map<Kind, std::vector<std::string>> by_kind;
+  std::map<std::string, int> widened_from;
+  for (const HfTensorSurvey& t : survey.tensors) {
+    std::string line =
+        fmt::format("{} {}{}", t.file_name, safetensors_dtype_name(t.dtype), t.shape.to_string());
+    if (t.kind == Kind::kMisshaped) line += fmt::format(" (expected {})", t.expected.to_string());
+    by_kind[t.kind].push_back(line);
+    if (t.kind == Kind::kWidened) ++widened_from[std::string(safetensors_dtype_name(t.dtype))];
+  }
+  const auto count = [&](Kind kind) { return int64_t(by_kind[kind].size()); };
+  r.figures = {{"exact", count(Kind::kExact)},
+               {"widened", count(Kind::kWidened)},
+               {"refused", count(Kind::kRefused)},
+               {"misshaped", count(Kind::kMisshaped)},
+               {"unexpected", count(Kind::kUnexpected)},
+               {"skipped", count(Kind::kSkipped)},
+               {"missing", int64_t(survey.missing.size())}};
+  const auto first = [](const std::vector<std::string>& items) {
+    const size_t shown = std::min<size_t>(items.size(), 4);
+    return fmt::format(
+        "{}{}", fmt::join(items.begin(), items.begin() + ptrdiff_t(shown), ", "),
+        items.size() > shown ? fmt::format(" and {} more", items.size() - shown) : "");
+  };
+  std::vector<std::string> problems;
+  if (!survey.missing.empty()) problems.push_back("missing " + first(survey.missing));
+  if (count(Kind::kUnexpected) > 0)
+    problems.push_back("unexpected " + first(by_kind[Kind::kUnexpected]));
+  if (count(Kind::kMisshaped) > 0)
+    problems.push_back("mis-shaped " + first(by_kind[Kind::kMisshaped]));
+  if (count(Kind::kRefused) > 0) {
+    problems.push_back("of a dtype the load refuses (F32, BF16, F16 only) " +
+                       first(by_kind[Kind::kRefused]));
+  }
+  if (!problems.empty()) {
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format("{} does not load into model '{}': {}", source.string(),
+                        in.config.model.name, fmt::join(problems, "; "));
+    r.fix =
+        "the weights must be the model's parameters under Hugging Face names: set the "
+        "[model] keys (or the preset) to the checkpoint's architecture";
+    return r;
+  }
+  std::vector<std::string> widened;
+  for (const auto& [dtype, n] : widened_from)
+    widened.push_back(fmt::format("{} from {}", n, dtype));
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "{}: {} tensors load into the f32 master weights, {} as stored (F32){}{}; the compute "
+      "copy is {}{}",
+      source.string(), count(Kind::kExact) + count(Kind::kWidened), count(Kind::kExact),
+      widened.empty() ? "" : fmt::format(", {} widened exactly", fmt::join(widened, ", ")),
+      count(Kind::kSkipped) > 0 ? fmt::format(", {} non-parameters skipped", count(Kind::kSkipped))
+                                : "",
+      dtype_name(in.config.compute_dtype),
+      in.config.compute_dtype == DType::kBF16
+          ? " (rounded from the f32 master each step: mixed precision narrows nothing stored)"
+          : "");
+  return r;
+}
+
 // ---- 8. Sharding that does not shard --------------------------------------------------------
 
 CheckResult check_sharding(const DoctorInput& in) {
@@ -627,6 +711,172 @@ CheckResult check_sharding(const DoctorInput& in) {
       "({} ranks; rank 0's optimizer state {} bytes, expected {})",
       p.zero, run.ranks.size(), optimizer.at("measured_bytes").get<int64_t>(),
       optimizer.at("expected_bytes").get<int64_t>());
+  return r;
+}
+
+// ---- 9. Network flow control and stalled links ----------------------------------------------
+
+// A collective's calls count as stalled when they take this much longer than the cost model
+// says, and long enough that it is not noise. Only calls of at least kStallBytes are judged: a
+// small call's time is the wait for the slowest peer to arrive, not the link.
+constexpr double kStallFactor = 50;
+constexpr double kStallSeconds = 20e-3;
+constexpr double kStallBytes = 64 * 1024;
+
+CheckResult check_network(const DoctorInput& in) {
+  CheckResult r;
+  std::vector<std::string> paused;
+  for (const auto& [port, waits] : in.port_xmit_wait_during_probe) {
+    if (waits > 0) paused.push_back(fmt::format("{} ({} waits)", port, waits));
+  }
+  if (!paused.empty()) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "RDMA port(s) {} counted port_xmit_wait during the probe: data waited for credit, "
+        "the PFC back-pressure of a congested or misconfigured link",
+        fmt::join(paused, ", "));
+    r.fix =
+        "check the switch's and NIC's PFC/ECN settings and `ethtool -S` pause frames; "
+        "spread the job off the congested port";
+    return r;
+  }
+  const bool any_traffic =
+      in.probe && std::any_of(in.probe->layout.ranks.begin(), in.probe->layout.ranks.end(),
+                              [](const RankRun& rank) { return !rank.traffic.empty(); });
+  if (!any_traffic) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = in.probe ? "the layout has no dp or tp group: nothing crosses a link"
+                     : "needs the probe (it times each group's collectives)";
+    return r;
+  }
+  CostProfile profile;
+  const std::string& profile_path = in.config.parallel.comm_profile;
+  if (!profile_path.empty()) profile = CostProfile::load(profile_path);
+  double worst = 0;
+  std::string worst_line;
+  for (const RankRun& rank : in.probe->layout.ranks) {
+    for (const GroupTraffic& t : rank.traffic) {
+      const double bytes = double(t.bytes) / double(t.calls);
+      const double measured = t.seconds / double(t.calls);
+      const CostModel model =
+          profile.find(t.collective, Algorithm::kRing, t.size)
+              .value_or(default_cost_model(t.collective, Algorithm::kRing, t.size));
+      const double predicted = std::max(model.predict(bytes), 1e-9);
+      const double factor = measured / predicted;
+      const std::string line = fmt::format(
+          "rank {}'s {} {}: {} calls of {:.0f} KiB took {:.3g} ms each, the {} model predicts "
+          "{:.3g} ms ({:.0f}×)",
+          coordinates(rank.at), t.group, collective_name(t.collective), t.calls, bytes / 1024,
+          1e3 * measured, profile_path.empty() ? "analytic" : "calibrated", 1e3 * predicted,
+          factor);
+      if (bytes < kStallBytes) continue;
+      if (factor > worst) {
+        worst = factor;
+        worst_line = line;
+      }
+      if (factor > kStallFactor && measured > kStallSeconds) {
+        r.verdict = Verdict::kWarn;
+        r.saw = line + ": a link stalls";
+        r.fix =
+            "lattice bench comm --ranks N shows each link's bandwidth; a slow or shared "
+            "link, a peer descheduled, or a profile measured on another machine "
+            "(parallel.comm_profile)";
+        r.figures = {{"factor", factor}, {"measured_s", measured}, {"predicted_s", predicted}};
+        return r;
+      }
+    }
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "no stalled link{}; {}",
+      in.port_xmit_wait_during_probe.empty() ? " (no RDMA port to read flow-control counters from)"
+                                             : ", no RDMA port waited",
+      worst_line.empty() ? "no call of 64 KiB or more to judge"
+                         : "the slowest call of 64 KiB or more against its model: " + worst_line);
+  r.figures = {{"worst_factor", worst}};
+  return r;
+}
+
+// ---- 10. Overlap broken ----------------------------------------------------------------------
+
+// Gradients below this reduce in well under a millisecond on any link: one bucket is fine.
+constexpr double kOverlapWorthBytes = 8.0 * (1 << 20);
+
+CheckResult check_overlap(const DoctorInput& in) {
+  CheckResult r;
+  const ParallelConfig& p = in.config.parallel;
+  if (p.dp == 1) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "dp = 1: no gradient reduction to overlap";
+    return r;
+  }
+  if (!in.probe) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it watches the gradient buckets start during backward)";
+    return r;
+  }
+  const double assumed = plan::RuntimeFactors{}.dp_overlap;
+  double communication = 0, exposed = 0;
+  for (const RankRun& rank : in.probe->layout.ranks) {
+    const GradientSyncStats& s = rank.gradient_sync;
+    communication += s.communication_seconds;
+    exposed += s.exposed_seconds;
+    if (s.buckets >= 2 && s.launched_during_backward == 0) {
+      r.verdict = Verdict::kFail;
+      r.saw = fmt::format(
+          "rank {}: none of its {} gradient buckets started before backward ended: the "
+          "gradient-ready hooks did not fire, so every reduction waits for the whole backward",
+          coordinates(rank.at), s.buckets);
+      r.fix =
+          "the model's parameters must report ready during backward (Transformer::"
+          "set_grad_ready_hook, set by the Trainer's GradientSync): something replaced the "
+          "hook or the backward that calls it";
+      r.figures = {{"buckets", s.buckets}, {"launched_during_backward", 0}};
+      return r;
+    }
+  }
+  const RankRun& first = in.probe->layout.ranks.front();
+  const double hidden =
+      communication > 0 ? std::clamp(1.0 - exposed / communication, 0.0, 1.0) : 1.0;
+  r.figures = {{"buckets", first.gradient_sync.buckets},
+               {"launched_during_backward", first.gradient_sync.launched_during_backward},
+               {"hidden_share", hidden},
+               {"planner_assumed_overlap", assumed}};
+  const std::string probed = fmt::format(
+      "{} of {} gradient buckets started during backward on the probe's rank 0; {:.0f}% of the "
+      "reduction time was hidden on its slice (the planner assumes {:.0f}% of backward can "
+      "hide it; the slice is too small for its timing to speak for the run)",
+      first.gradient_sync.launched_during_backward, first.gradient_sync.buckets, 100 * hidden,
+      100 * assumed);
+  // The run's own buckets: one bucket of all a rank's gradients starts only when backward ends.
+  const ModelPart part =
+      p.pp > 1
+          ? stage_part(partition_model(in.config.model, p.pp, p.virtual_stages, p.layers_per_chunk),
+                       p.pp, 0)
+          : ModelPart{};
+  const double gradient_bytes =
+      4.0 * double(ParameterRegistry(in.config.model, {p.tp, 0, p.sequence_parallel}, part)
+                       .total_elements());
+  const double bucket_bytes = p.bucket_mb * double(1 << 20);
+  r.figures["gradient_bytes"] = gradient_bytes;
+  r.figures["bucket_bytes"] = bucket_bytes;
+  if (gradient_bytes <= bucket_bytes && gradient_bytes > kOverlapWorthBytes) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "parallel.bucket_mb = {:g} holds all {:.3g} MB of a rank's gradients: one bucket, which "
+        "starts only when backward has ended, so none of the reduction can hide behind it; {}",
+        p.bucket_mb, gradient_bytes / double(1 << 20), probed);
+    r.fix = fmt::format(
+        "--bucket-mb {:.2g} (an eighth of the gradients: backward then starts "
+        "reducing after its first eighth)",
+        gradient_bytes / double(1 << 20) / 8);
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw =
+      fmt::format("the run's {:.3g} MB of gradients per rank make {:.0f} bucket(s) of {:g} MB; {}",
+                  gradient_bytes / double(1 << 20), std::ceil(gradient_bytes / bucket_bytes),
+                  p.bucket_mb, probed);
   return r;
 }
 
@@ -768,9 +1018,12 @@ const std::vector<DoctorCheck>& doctor_checks() {
       {"batch", "Global batch and LR schedule", false, check_batch},
       {"attention-tp", "Attention vs tensor parallelism", false, check_attention_tp},
       {"checkpoint-dir", "Checkpoint directory", false, check_checkpoint_dir},
+      {"dtype-load", "dtype on load", false, check_dtype_load},
       {"recompute", "Recompute vs tensor parallelism", true, check_recompute},
       {"replicas", "Diverging master weights", true, check_replicas},
       {"sharding", "Sharding that does not shard", true, check_sharding},
+      {"network", "Network flow control and stalled links", true, check_network},
+      {"overlap", "Gradient reduction overlapping backward", true, check_overlap},
       {"grad-norm", "Local instead of global grad norm", true, check_grad_norm},
   };
   return checks;

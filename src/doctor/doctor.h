@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,11 @@ struct DoctorInput {
   MachineFacts machine;
   bool oversubscribe = false;  // lattice train --oversubscribe: more in-process ranks than cores
   std::optional<std::filesystem::path> resume_from = {};  // a checkpoint the run resumes
+  std::optional<std::filesystem::path> init_from = {};    // Hugging Face weights it starts from
   std::optional<ProbeResult> probe = {};                  // none: --no-probe (or --preflight)
+  // Each RDMA port's port_xmit_wait over the probe (read_port_xmit_wait after − before); empty
+  // where the machine has no RDMA port.
+  std::map<std::string, int64_t> port_xmit_wait_during_probe = {};
 };
 
 // The checks in order, like ggml's op-test registry: an id, a title, whether it needs the probe,

@@ -60,4 +60,20 @@ MachineFacts observe_machine() {
   return facts;
 }
 
+std::map<std::string, int64_t> read_port_xmit_wait(const std::filesystem::path& root) {
+  namespace fs = std::filesystem;
+  std::map<std::string, int64_t> counters;
+  std::error_code ec;
+  for (const auto& device : fs::directory_iterator(root, ec)) {
+    for (const auto& port : fs::directory_iterator(device.path() / "ports", ec)) {
+      std::ifstream in(port.path() / "counters" / "port_xmit_wait");
+      int64_t value = 0;
+      if (in >> value) {
+        counters[device.path().filename().string() + "/" + port.path().filename().string()] = value;
+      }
+    }
+  }
+  return counters;
+}
+
 }  // namespace lattice::doctor

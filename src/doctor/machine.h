@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -18,5 +20,11 @@ struct MachineFacts {
 };
 
 MachineFacts observe_machine();
+
+// port_xmit_wait of every RDMA port under `root` (<root>/<device>/ports/<port>/counters/
+// port_xmit_wait: time the port had data to send but no credit, the sign of PFC back-pressure),
+// keyed "device/port"; empty where the machine has none.
+std::map<std::string, int64_t> read_port_xmit_wait(
+    const std::filesystem::path& root = "/sys/class/infiniband");
 
 }  // namespace lattice::doctor

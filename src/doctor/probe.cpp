@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "model/parameters.h"
 #include "train/train_benchmark.h"
 
 namespace lattice::doctor {
@@ -59,6 +60,12 @@ ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
       .val = nullptr};
 
   LayoutRunOptions layout = layout_options(slice.parallel, options);
+  // Buckets of at most a quarter of the slice's store, so that backward has several to start
+  // (the overlap check watches them start before it ends).
+  const int64_t store_bytes =
+      4 * ParameterRegistry(slice.model, {slice.parallel.tp, 0, slice.parallel.sequence_parallel})
+              .total_elements();
+  layout.bucket_bytes = std::min(layout.bucket_bytes, std::max<int64_t>(store_bytes / 4, 4096));
   layout.data = data;
   layout.after_step = options.after_layout_step;
   result.layout = run_layout(slice, layout);

@@ -31,7 +31,8 @@ struct ProbeResult {
 
 // The slice of `config` the probe runs: layers enough for the pipeline's chunks (at least 2),
 // a sequence of at most 32 tokens, one sequence per micro-batch (2·pp micro-batches per step
-// under pp, else 1), the configured layout, precision, optimizer and recompute, no output.
+// under pp, else 1), the configured layout, precision, optimizer and recompute, no output. The
+// layout's run uses gradient buckets of at most a quarter of the slice's store.
 TrainConfig probe_config(const TrainConfig& config, int steps);
 
 // Runs the probe on `config`'s [parallel] layout as threads of this process, one thread each.

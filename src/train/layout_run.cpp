@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "comm/thread_world.h"
+#include "comm/launch.h"
 #include "core/error.h"
 #include "core/statistics.h"
 #include "core/thread_budget.h"
@@ -68,7 +68,8 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
   LayoutRunResult result;
   result.ranks.resize(size_t(shape.world_size()));
   std::mutex mutex;
-  run_ranks(shape.world_size(), [&](Communicator& comm) {
+  // launch_ranks rather than run_ranks: LATTICE_SLOW_LINK (launch.h) slows a link here too.
+  launch_ranks(TransportKind::kThreads, shape.world_size(), [&](Communicator& comm) {
     DeviceMesh mesh(comm, shape);
     Arena arena(fmt::format("rank{}", comm.rank()));
     const ParallelSetup setup{.dp = &mesh.dp(),
@@ -111,6 +112,20 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
     }
     memory.finished = arena.stats();
     hash_held_state(trainer, memory);
+    memory.gradient_sync = trainer.gradient_sync_stats();
+    for (Communicator* group : {&mesh.dp(), &mesh.tp()}) {
+      if (group->size() == 1) continue;
+      for (int c = 0; c < kCollectiveCount; ++c) {
+        const CollectiveTotals totals = group->stats().totals(Collective(c));
+        if (totals.calls == 0) continue;
+        memory.traffic.push_back({.group = group->name(),
+                                  .size = group->size(),
+                                  .collective = Collective(c),
+                                  .calls = totals.calls,
+                                  .bytes = totals.bytes,
+                                  .seconds = totals.seconds});
+      }
+    }
     held.clear();
     memory.losses = losses;
     const ParameterRegistry& registry = trainer.model().registry();

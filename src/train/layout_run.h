@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_types.h"
 #include "core/arena.h"
 #include "model/transformer.h"
 #include "parallel/device_mesh.h"
@@ -55,6 +56,16 @@ struct LayoutRunOptions {
   std::function<void(LayoutRunRank&)> after_step = {};
 };
 
+// What one group of a rank carried during the steps, per collective (summed over algorithms).
+struct GroupTraffic {
+  std::string group;  // the mesh's name, e.g. "dp[pp0·tp0]"
+  int size = 1;
+  Collective collective = Collective::kAllReduce;
+  uint64_t calls = 0;
+  uint64_t bytes = 0;  // nccl-tests' count (comm/comm_stats.h)
+  double seconds = 0;
+};
+
 // One rank's run: its arena, its flat parameter store, its steps and what it holds after them.
 struct RankRun {
   MeshCoordinates at;
@@ -74,6 +85,8 @@ struct RankRun {
   std::vector<std::string> parameter_names;
   // FNV-1a of the AdamW moments when the optimizer holds them whole (ZeRO-0), else nullopt.
   std::optional<uint64_t> optimizer_hash;
+  GradientSyncStats gradient_sync;    // of the last step (all zero without a dp group)
+  std::vector<GroupTraffic> traffic;  // its dp and tp groups, every collective they ran
 };
 
 struct LayoutRunResult {
