@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/collective_save.h"
 #include "cli/commands.h"
 #include "cli/layout_flags.h"
@@ -32,6 +33,7 @@ struct DoctorArgs {
   std::vector<std::string> overrides;
   LayoutFlags layout;
   std::string resume;
+  std::string ckpt;  // --ckpt DIR: a checkpoint on its own, or against CONFIG
   std::string init_from;
   bool no_probe = false;
   int probe_steps = 3;
@@ -95,15 +97,46 @@ void run_environment_doctor(const DoctorArgs& args) {
   if (failed > 0) std::exit(1);
 }
 
+// --ckpt DIR without a config: the checkpoint against the model it records.
+void run_checkpoint_doctor(const DoctorArgs& args) {
+  doctor::DoctorInput input;
+  const CheckpointInfo info = read_checkpoint_info(args.ckpt);
+  input.config.model = info.model;
+  input.config.compute_dtype = info.compute_dtype;
+  input.resume_from = args.ckpt;
+  std::vector<doctor::CheckResult> results;
+  for (const doctor::DoctorCheck& check : doctor::doctor_checks()) {
+    if (check.id != "checkpoint") continue;
+    doctor::CheckResult result = check.run(input);
+    result.id = check.id;
+    result.title = check.title;
+    results.push_back(std::move(result));
+  }
+  if (!args.json) {
+    fmt::print(
+        "lattice doctor --ckpt {}: model '{}' as recorded (pass a CONFIG to check it "
+        "against a run)\n\n",
+        args.ckpt, info.model.name);
+  }
+  print_results(results, args.json);
+  std::fflush(stdout);
+  if (doctor::failed_count(results) > 0) std::exit(1);
+}
+
 void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   if (args.env) {
     run_environment_doctor(args);
     return;
   }
+  if (!args.ckpt.empty() && args.config.empty()) {
+    run_checkpoint_doctor(args);
+    return;
+  }
   if (args.config.empty()) {
     LATTICE_THROW(ConfigError,
                   "lattice doctor needs a config ---> HINT: lattice doctor "
-                  "configs/gpt2-tiny.toml [layout flags], or --env under the launcher");
+                  "configs/gpt2-tiny.toml [layout flags], --ckpt DIR, or --env under the "
+                  "launcher");
   }
   doctor::DoctorInput input;
   input.config = load_train_config(args.config, args.overrides);
@@ -111,6 +144,7 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   input.machine = doctor::observe_machine();
   input.oversubscribe = args.oversubscribe;
   if (!args.resume.empty()) input.resume_from = args.resume;
+  if (!args.ckpt.empty()) input.resume_from = args.ckpt;
   if (!args.init_from.empty()) input.init_from = args.init_from;
 
   std::vector<doctor::CheckResult> results;
@@ -169,6 +203,9 @@ void register_doctor_command(CLI::App& app) {
   add_layout_flags(*cmd, args->layout);
   cmd->add_option("--resume", args->resume,
                   "The checkpoint directory the run would resume from: compared with the config");
+  cmd->add_option("--ckpt", args->ckpt,
+                  "A checkpoint directory to check: against CONFIG when one is given (with every "
+                  "other check), else against the model it records");
   cmd->add_option("--init-from", args->init_from,
                   "Hugging Face weights the run would start from (a .safetensors file or a model "
                   "directory): every tensor checked against the model");

@@ -9,8 +9,11 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/hf_format.h"
+#include "ckpt/inspect.h"
 #include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/trainer_checkpoint.h"
@@ -518,6 +521,88 @@ CheckResult check_batch(const DoctorInput& in) {
   return r;
 }
 
+// ---- A checkpoint against the config ---------------------------------------------------------
+
+CheckResult check_checkpoint(const DoctorInput& in) {
+  CheckResult r;
+  if (!in.resume_from) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "no checkpoint given (--resume DIR or --ckpt DIR)";
+    return r;
+  }
+  const fs::path dir = *in.resume_from;
+  const CheckpointReport report = inspect_checkpoint(dir, /*verify=*/true);
+  if (!report.valid) {
+    const size_t at = report.text.find("status      ");
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format("{}: {}", dir.string(),
+                        at == std::string::npos ? report.text : report.text.substr(at + 12));
+    while (!r.saw.empty() && r.saw.back() == '\n') r.saw.pop_back();
+    r.fix =
+        "resume from an earlier checkpoint (lattice train --resume auto picks the newest "
+        "valid one); lattice ckpt inspect DIR lists every file";
+    return r;
+  }
+  if (is_legacy_checkpoint(dir)) {
+    r.verdict = Verdict::kPass;
+    r.saw = fmt::format(
+        "{} is in the earlier single-rank format: its tensors are checked when "
+        "it loads",
+        dir.string());
+    return r;
+  }
+  const Manifest manifest = read_manifest(dir);
+  const ParameterRegistry registry(in.config.model);
+  std::vector<std::string> missing, misshaped, unexpected;
+  std::set<std::string> expected;
+  for (const ParameterSpec& spec : registry.specs()) {
+    if (spec.tied_copy) continue;
+    for (const std::string& name : {spec.name, spec.name + ".exp_avg", spec.name + ".exp_avg_sq"}) {
+      expected.insert(name);
+      const TensorRecord* t = manifest.find(name);
+      if (t == nullptr) {
+        missing.push_back(name);
+      } else if (t->shape != spec.shape || t->dtype != DType::kF32) {
+        misshaped.push_back(fmt::format("{} {}{} (the model's: f32{})", name, dtype_name(t->dtype),
+                                        t->shape.to_string(), spec.shape.to_string()));
+      }
+    }
+  }
+  for (const TensorRecord& t : manifest.tensors)
+    if (!expected.contains(t.name)) unexpected.push_back(t.name);
+  r.figures = {{"step", manifest.step},          {"tensors", manifest.tensors.size()},
+               {"files", manifest.files.size()}, {"missing", missing.size()},
+               {"misshaped", misshaped.size()},  {"unexpected", unexpected.size()}};
+  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
+    std::vector<std::string> problems;
+    const auto some = [](const std::vector<std::string>& items) {
+      const size_t shown = std::min<size_t>(items.size(), 3);
+      return fmt::format(
+          "{}{}", fmt::join(items.begin(), items.begin() + ptrdiff_t(shown), ", "),
+          items.size() > shown ? fmt::format(" and {} more", items.size() - shown) : "");
+    };
+    if (!missing.empty()) problems.push_back("missing " + some(missing));
+    if (!misshaped.empty()) problems.push_back("of another shape or dtype " + some(misshaped));
+    if (!unexpected.empty()) problems.push_back("not the model's " + some(unexpected));
+    r.verdict = Verdict::kFail;
+    r.saw = fmt::format("{} (step {}) does not hold model '{}': {}", dir.string(), manifest.step,
+                        in.config.model.name, fmt::join(problems, "; "));
+    r.fix =
+        "resume with the [model] keys it was trained with (lattice ckpt inspect DIR shows "
+        "them), or start a new run";
+    return r;
+  }
+  const CheckpointLayout& l = manifest.layout;
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "{} (step {}, written by dp {} × tp {} × pp {}, ZeRO-{}): every file's size and CRC32C "
+      "verified, all {} parameters of model '{}' with both AdamW moments, f32, their global "
+      "shapes (any layout loads it)",
+      dir.string(), manifest.step, l.dp, l.tp, l.pp, l.zero, registry.specs().size(),
+      in.config.model.name);
+  return r;
+}
+
 // ---- 6. Attention vs tensor parallelism -----------------------------------------------------
 
 CheckResult check_attention_tp(const DoctorInput& in) {
@@ -1016,6 +1101,7 @@ const std::vector<DoctorCheck>& doctor_checks() {
       {"cores", "Ranks, threads and cores", false, check_cores},
       {"memory", "Memory headroom", false, check_memory},
       {"batch", "Global batch and LR schedule", false, check_batch},
+      {"checkpoint", "Checkpoint against the config", false, check_checkpoint},
       {"attention-tp", "Attention vs tensor parallelism", false, check_attention_tp},
       {"checkpoint-dir", "Checkpoint directory", false, check_checkpoint_dir},
       {"dtype-load", "dtype on load", false, check_dtype_load},

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/cli_run.h"
+#include "cli/tiny_run.h"
 #include "support/scratch_dir.h"
 
 namespace lattice::testing {
@@ -49,7 +50,7 @@ TEST(DoctorCli, AHealthyLayoutPassesEveryCheckAndExitsZero) {
                               kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const std::map<std::string, std::string> by_id = verdicts(r.out);
-  EXPECT_EQ(by_id.size(), 13u) << r.out;
+  EXPECT_EQ(by_id.size(), 14u) << r.out;
   for (const auto& [id, verdict] : by_id) {
     if (id == "cores" && verdict == "WARN") continue;    // a small machine, --oversubscribe
     if (id == "network" && verdict == "WARN") continue;  // collective times on a loaded machine
@@ -99,6 +100,25 @@ TEST(PreflightCli, AFailingPreflightRefusesToStartAndNamesTheCheck) {
       << r.out;
   EXPECT_NE(r.err.find("preflight: 1 check(s) failed (attention-tp)"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("| loss "), std::string::npos) << r.out;  // no step trained
+}
+
+TEST(DoctorCli, ACheckpointAloneIsCheckedAgainstTheModelItRecords) {
+  const TinyRun run = train_tiny_run("doctor_cli_ckpt");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.all();
+  const std::string dir = run.final_dir.string();
+  CliResult r = run_cli({LATTICE_EXECUTABLE, "doctor", "--ckpt", dir, "--json"}, kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(verdicts(r.out), (std::map<std::string, std::string>{{"checkpoint", "PASS"}}));
+  r = run_cli({LATTICE_EXECUTABLE, "doctor", LATTICE_SOURCE_DIR "/configs/llama-tiny.toml",
+               "--ckpt", dir, "--no-probe", "--json"},
+              kLimitS);
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_EQ(verdicts(r.out).at("checkpoint"), "FAIL") << r.out;
+  ASSERT_FALSE(corrupt_a_tensor_file(run.final_dir).empty());
+  r = run_cli({LATTICE_EXECUTABLE, "doctor", "--ckpt", dir}, kLimitS);
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_NE(r.out.find("FAIL  Checkpoint against the config (checkpoint)"), std::string::npos)
+      << r.out;
 }
 
 TEST(DoctorCli, UnderMpirunEveryRankReportsAndUnboundRanksFailAffinity) {

@@ -77,16 +77,30 @@ TEST(Doctor, AHealthyLayoutPassesEveryCheck) {
   Transformer weights(config.model, arena, DType::kF32);
   weights.initialize(5);
   export_hf(fs::path(config.out_dir) / "hf", weights);
+  // A checkpoint of the same run on one rank (any layout resumes any other).
+  TrainConfig one_rank = config;
+  one_rank.parallel = ParallelConfig{};
+  one_rank.micro_batches = 2;
+  one_rank.seq_len = 16;
+  config.seq_len = 16;
+  one_rank.resolve_batch(1);
+  Trainer saver(one_rank, arena, {},
+                {.train = random_token_file(one_rank.global_batch, 16, config.model.vocab_size, 4),
+                 .val = nullptr});
+  saver.train_step();
+  const fs::path checkpoint =
+      save_trainer_checkpoint(fs::path(config.out_dir) / "checkpoints", saver, nullptr);
   DoctorInput input = input_for(config, true);
   input.init_from = fs::path(config.out_dir) / "hf";
+  input.resume_from = checkpoint;
   const std::vector<CheckResult> results = run_checks(input);
   EXPECT_TRUE(with_verdict(results, Verdict::kFail).empty()) << all_text(results);
   // The network check judges collective times: on a loaded machine it may warn.
   std::set<std::string> warned = with_verdict(results, Verdict::kWarn);
   warned.erase("network");
   EXPECT_TRUE(warned.empty()) << all_text(results);
-  // With dp, tp, ZeRO-1, recompute, weights to start from and an output directory every check
-  // applies.
+  // With dp, tp, ZeRO-1, recompute, weights to start from, a checkpoint to resume and an output
+  // directory every check applies.
   EXPECT_TRUE(with_verdict(results, Verdict::kNotApplicable).empty()) << all_text(results);
   EXPECT_EQ(results.size(), doctor_checks().size());
 }
@@ -204,6 +218,48 @@ TEST(Doctor, ResumingWithAnotherGlobalBatchFailsBatchAndSaysTheLrWasNotRescaled)
   EXPECT_NE(r.saw.find("batch.global_batch: saved 2, now 4"), std::string::npos) << r.saw;
   EXPECT_NE(r.saw.find("the LR was not rescaled"), std::string::npos) << r.saw;
   EXPECT_NE(r.fix.find("--set batch.global_batch=2"), std::string::npos) << r.fix;
+}
+
+TEST(Doctor, ACorruptedCheckpointOrOneOfAnotherModelFailsCheckpoint) {
+  const fs::path root = testing::scratch_dir("doctor_checkpoint");
+  TrainConfig config = tiny(1, 1);
+  config.seq_len = 16;
+  config.resolve_batch(1);
+  Arena arena("save");
+  Trainer trainer(config, arena, {},
+                  {.train = random_token_file(config.global_batch, 16, config.model.vocab_size, 2),
+                   .val = nullptr});
+  trainer.train_step();
+  const fs::path dir = save_trainer_checkpoint(root, trainer, nullptr);
+  DoctorInput input = input_for(config, false);
+  input.resume_from = dir;
+  EXPECT_EQ(result_of(run_checks(input), "checkpoint").verdict, Verdict::kPass);
+
+  TrainConfig other = config;  // another width: every matrix has another shape
+  other.model.d_model = 128;
+  DoctorInput mismatched = input_for(other, false);
+  mismatched.resume_from = dir;
+  std::vector<CheckResult> results = run_checks(mismatched);
+  EXPECT_EQ(result_of(results, "checkpoint").verdict, Verdict::kFail);
+  EXPECT_NE(result_of(results, "checkpoint").saw.find("of another shape or dtype"),
+            std::string::npos)
+      << result_of(results, "checkpoint").saw;
+
+  {  // one byte of the shard file flipped
+    std::fstream file(dir / "rank_00000.safetensors",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-8, std::ios::end);
+    char byte = 0;
+    file.read(&byte, 1);
+    file.seekp(-8, std::ios::end);
+    byte = char(byte ^ 0x40);
+    file.write(&byte, 1);
+  }
+  results = run_checks(input);
+  EXPECT_EQ(with_verdict(results, Verdict::kFail), std::set<std::string>{"checkpoint"})
+      << all_text(results);
+  EXPECT_NE(result_of(results, "checkpoint").saw.find("CRC32C"), std::string::npos)
+      << result_of(results, "checkpoint").saw;
 }
 
 TEST(Doctor, HeadsThatDoNotSplitOverTpFailAttention) {
