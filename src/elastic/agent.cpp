@@ -28,6 +28,8 @@ namespace lattice {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// How long after one rank's failure the others that ended count as the same failure.
+constexpr auto kSimultaneousFailures = std::chrono::milliseconds(50);
 
 double seconds_since(int64_t ns) {
   return double(steady_now_ns() - ns) / 1e9;
@@ -393,26 +395,48 @@ bool Agent::recover(RankFailure& failure) {
         failure.rank, kInvalidInputExitCode);
     return false;
   }
-  const int restarts = ++restarts_[failure.rank];
+  // Every other rank whose process has ended by now failed with this one (a fault that hit
+  // several ranks at once, a lost node's ranks): each counts a restart, and those past
+  // --max-restarts leave the world together, in one generation.
+  // A few poll intervals first: the ranks one fault hits (one node's) end within milliseconds
+  // of each other.
+  std::this_thread::sleep_for(kSimultaneousFailures);
+  std::vector<int> failed = {failure.rank};
+  for (int r = 0; r < world(); ++r) {
+    Process& other = ranks_[size_t(r)];
+    if (r != failure.rank && reap(other) && !(other.signal == 0 && other.exit_code == 0)) {
+      failed.push_back(r);
+    }
+  }
+  std::vector<int> dropped;
+  int restarts = 0;
+  for (int r : failed) {
+    const int n = ++restarts_[r];
+    if (r == failure.rank) restarts = n;
+    if (n > options_.max_restarts) dropped.push_back(r);
+  }
   const int at_step = ++step_failures_[failure.step];
-  if (restarts > options_.max_restarts) {
-    if (world() - 1 < options_.min_ranks) {
+  if (!dropped.empty()) {
+    if (world() - int(dropped.size()) < options_.min_ranks) {
       spdlog::error(
-          "agent: rank {} failed {} times, more than --max-restarts {}, and the world "
-          "of {} cannot shrink below --min-ranks {}: the job ends ---> HINT: look at "
-          "the rank's error above; lower --min-ranks to go on with fewer ranks",
-          failure.rank, restarts, options_.max_restarts, world(), options_.min_ranks);
+          "agent: rank(s) {} failed more than --max-restarts {} times, and the world of {} "
+          "cannot shrink by {} below --min-ranks {}: the job ends ---> HINT: look at the "
+          "ranks' errors above; lower --min-ranks to go on with fewer ranks",
+          fmt::join(dropped, ", "), options_.max_restarts, world(), dropped.size(),
+          options_.min_ranks);
       return false;
     }
-    // Shrink: the world goes on without the failed rank (the ranks after it move down one,
+    // Shrink: the world goes on without the failed ranks (the ranks after them move down,
     // refit the layout with the global batch kept, and restore the snapshot resharded).
-    ranks_.erase(ranks_.begin() + failure.rank);
+    std::sort(dropped.begin(), dropped.end());
+    const std::string names = fmt::format("{}", fmt::join(dropped, ", "));
+    for (auto r = dropped.rbegin(); r != dropped.rend(); ++r) ranks_.erase(ranks_.begin() + *r);
     restarts_.clear();
     step_failures_.clear();
     spdlog::warn(
-        "agent: rank {} failed {} times, more than --max-restarts {}: the job goes on "
-        "with {} ranks (--min-ranks {})",
-        failure.rank, restarts, options_.max_restarts, world(), options_.min_ranks);
+        "agent: rank(s) {} failed more than --max-restarts {} times: the job goes on with {} "
+        "ranks (--min-ranks {})",
+        names, options_.max_restarts, world(), options_.min_ranks);
   } else if (at_step >= options_.same_step_failures) {
     spdlog::error(
         "agent: step {} failed {} times (rank {}: {}): the same fault at the same "

@@ -347,6 +347,49 @@ TEST_F(ElasticLaunch, ShrinkKeepsTheGlobalBatchAndEqualsTheRunResumedAtTheNewLay
   }
 }
 
+// Two ranks killed in the same step (a lost node's ranks) leave the world together: one
+// generation of two ranks, the global batch kept, bitwise the run resumed at dp 2 from the
+// restored step.
+TEST_F(ElasticLaunch, TwoRanksLostAtOnceShrinkTheWorldInOneGeneration) {
+  const auto full = out_dir("shrink2_full");
+  const CliResult base =
+      run_cli(launch(4, full,
+                     {"--set", "batch.micro_batch=3", "--set", "output.checkpoint_every=1", "--set",
+                      "output.keep_last=20", "--metrics", (full / "metrics.jsonl").string()}),
+              kLimitS);
+  ASSERT_EQ(base.exit_code, 0) << base.all();
+  const auto dir = out_dir("shrink2");
+  std::vector<std::string> args = launch(
+      4, dir, {"--set", "batch.micro_batch=3", "--metrics", (dir / "metrics.jsonl").string()});
+  args.insert(args.begin() + 2, {"--max-restarts", "0", "--min-ranks", "2"});
+  const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=kill@backward:2:5,kill@backward:3:5"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("rank(s) 2, 3 failed more than --max-restarts 0 times: the job goes on "
+                       "with 2 ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("generation 1:"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("generation 2:"), std::string::npos) << r.err;  // one generation
+  EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
+  const double reference = last_loss(full / "metrics.jsonl");
+  EXPECT_NEAR(last_loss(dir / "metrics.jsonl"), reference, 1e-5 * std::abs(reference));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("in-memory snapshot of step (\\d+)")))
+      << r.out;
+  const std::string restored = m[1];
+  const auto resumed = out_dir("shrink2_resumed");
+  const CliResult again =
+      run_cli(launch(2, resumed,
+                     {"--set", "batch.micro_batch=3", "--set", "batch.micro_batches=2", "--resume",
+                      (full / "checkpoints" / ("step_" + restored)).string()}),
+              kLimitS);
+  ASSERT_EQ(again.exit_code, 0) << again.all();
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = "final/rank_0000" + std::to_string(rank) + ".safetensors";
+    EXPECT_TRUE(same_bytes(dir / file, resumed / file)) << file;
+  }
+}
+
 TEST_F(ElasticLaunch, BenchElasticReportsEachFaultNextToTheUninterruptedRun) {
   const CliResult r =
       run_cli({LATTICE_EXECUTABLE, "bench", "elastic", config_->string(), "--nproc", "2", "--steps",
