@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "doctor/doctor.h"
 #include "doctor/rank_environment.h"
+#include "doctor/run_checks.h"
 
 namespace lattice::cli {
 
@@ -34,6 +35,7 @@ struct DoctorArgs {
   LayoutFlags layout;
   std::string resume;
   std::string ckpt;  // --ckpt DIR: a checkpoint on its own, or against CONFIG
+  std::string run;   // --run DIR: a run's per-rank metrics
   std::string init_from;
   bool no_probe = false;
   int probe_steps = 3;
@@ -128,6 +130,15 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
     run_environment_doctor(args);
     return;
   }
+  if (!args.run.empty()) {
+    const std::vector<doctor::CheckResult> results =
+        doctor::check_run(doctor::read_run_metrics(args.run));
+    if (!args.json) fmt::print("lattice doctor --run {}\n\n", args.run);
+    print_results(results, args.json);
+    std::fflush(stdout);
+    if (doctor::failed_count(results) > 0) std::exit(1);
+    return;
+  }
   if (!args.ckpt.empty() && args.config.empty()) {
     run_checkpoint_doctor(args);
     return;
@@ -206,6 +217,9 @@ void register_doctor_command(CLI::App& app) {
   cmd->add_option("--ckpt", args->ckpt,
                   "A checkpoint directory to check: against CONFIG when one is given (with every "
                   "other check), else against the model it records");
+  cmd->add_option("--run", args->run,
+                  "A run's output.dir: its per-rank metrics (losses, stragglers, memory, "
+                  "exposed communication) instead of a config");
   cmd->add_option("--init-from", args->init_from,
                   "Hugging Face weights the run would start from (a .safetensors file or a model "
                   "directory): every tensor checked against the model");

@@ -22,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "model/generate.h"
 #include "parallel/rank_sum.h"
+#include "run/rank_metrics.h"
 #include "trace/chrome_trace.h"
 #include "trace/event_recorder.h"
 #include "trace/trace_summary.h"
@@ -307,6 +308,14 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   }
   std::optional<MetricsLog> metrics;
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics, trainer.step());
+  // Every rank's own record of every step, beside the run's checkpoints.
+  std::optional<RankMetrics> rank_metrics;
+  if (!config.out_dir.empty()) {
+    rank_metrics.emplace(config.out_dir, mesh, arena, trainer.step(),
+                         layout.comm_profile.empty()
+                             ? CostProfile{}
+                             : CostProfile::load(layout.comm_profile, layout.transport));
+  }
   std::optional<double> last_val;
   std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
   std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);
@@ -339,6 +348,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     }
     if (checkpoints) report_committed(*checkpoints, lead, reported);
     stopped = !last && stop_agreed(mesh.world());
+    if (rank_metrics) rank_metrics->write(m, peak);
     if (lead) {
       if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped) {
         fmt::print("{}\n", format_progress(m, config.steps, peak));
@@ -397,6 +407,13 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     }
   } else if (lead) {
     print_summary(trainer, config, first_step, train_seconds, last_val);
+  }
+  if (lead && rank_metrics && rank_metrics->step_seconds() > 0) {
+    const double steps = double(std::max<int64_t>(1, trainer.step() - first_step));
+    fmt::print("per-rank metrics in {}: {:.0f} us a step on rank 0, {:.2f}% of its steps' time\n",
+               (std::filesystem::path(config.out_dir) / "metrics").string(),
+               1e6 * rank_metrics->write_seconds() / steps,
+               100 * rank_metrics->write_seconds() / rank_metrics->step_seconds());
   }
 }
 

@@ -47,7 +47,11 @@ void MetricsLog::write(const StepMetrics& m, double peak_flops) {
                       {"mfu", m.model_flops_per_s / peak_flops}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.bubble_fraction) j["bubble_fraction"] = *m.bubble_fraction;
-  out_ << j.dump() << '\n';
+  write(j);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  out_ << record.dump() << '\n';
   out_.flush();
 }
 

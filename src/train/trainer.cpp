@@ -218,7 +218,7 @@ double Trainer::flops_per_token() const {
                                config_.seq_len);
 }
 
-double Trainer::run_micro_batches(double global_tokens) {
+double Trainer::run_micro_batches(double global_tokens, StepMetrics& parts) {
   const int64_t B = config_.micro_batch;
   const int64_t M = config_.micro_batches;
   double loss_sum = 0.0;
@@ -228,7 +228,9 @@ double Trainer::run_micro_batches(double global_tokens) {
     train_loader_->read_rows(first_sequence(), row, row + B, micro_.inputs, micro_.targets);
     report_phase(Phase::kForward);
     TraceScope forward_scope("forward", TraceCategory::kCompute, {{"micro_batch", mb}});
+    Stopwatch forward_watch;
     ForwardResult r = model_->forward(micro_.inputs, micro_.targets);
+    parts.forward_ms += forward_watch.milliseconds();
     forward_scope.finish();
     loss_sum += r.loss_sum;
     if (mb == 0 && before_backward_) before_backward_();
@@ -237,7 +239,9 @@ double Trainer::run_micro_batches(double global_tokens) {
     // Gradients are synchronised as they become final, overlapping the rest of backward.
     sync_->begin_backward(mb + 1 == M);
     model_->set_grad_ready_hook([this](int index) { sync_->param_ready(index); });
+    Stopwatch backward_watch;
     model_->backward(float(1.0 / global_tokens));
+    parts.backward_ms += backward_watch.milliseconds();
     model_->set_grad_ready_hook({});
     backward_scope.finish();
     sync_->end_backward();
@@ -302,12 +306,17 @@ StepMetrics Trainer::train_step() {
   // is scaled by the same 1 / tokens (the loss of each micro-batch is a partial sum). This rank
   // reads rows [rank·M·B, (rank+1)·M·B) of global batch `step`: the same tokens for any dp.
   const double global_tokens = double(config_.global_batch * config_.seq_len);
-  double loss_sum = pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens);
+  StepMetrics m;
+  const double exposed_before = sync_->stats().exposed_seconds;
+  double loss_sum =
+      pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens, m);
   if (dp_size_ > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
+  m.exposed_comm_ms = 1e3 * (sync_->stats().exposed_seconds - exposed_before);
   report_phase(Phase::kOptimizer);
   TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
+  Stopwatch update_watch;
   const double grad_norm = global_grad_norm(params, *sync_, parallel_.tp, parallel_.pp);
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
@@ -316,10 +325,10 @@ StepMetrics Trainer::train_step() {
   ++step_;
   if (parallel_.check_replicas) sync_->check_replicas();
   retune_collectives();
+  m.optimizer_ms = update_watch.milliseconds();
   update_scope.finish();
   // ---- end of training section ----
 
-  StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / global_tokens;
   m.lr = lr;
@@ -327,7 +336,11 @@ StepMetrics Trainer::train_step() {
   m.ms = watch.milliseconds();
   m.tokens_per_s = global_tokens / (m.ms / 1e3);
   m.model_flops_per_s = m.tokens_per_s * flops_per_token();
-  if (pp_size_ > 1) m.bubble_fraction = pipeline_stats_.bubble_fraction();
+  if (pp_size_ > 1) {
+    m.bubble_fraction = pipeline_stats_.bubble_fraction();
+    m.pipeline_compute_ms = 1e3 * pipeline_stats_.compute_seconds;
+    m.pipeline_idle_ms = 1e3 * pipeline_stats_.wait_seconds;
+  }
   return m;
 }
 

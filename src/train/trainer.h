@@ -37,6 +37,16 @@ struct StepMetrics {
   std::optional<double> val_loss;
   // Pipeline runs: this stage's share of the step not spent computing (its bubble and waits).
   std::optional<double> bubble_fraction;
+  // Where this rank's step went, ms: forward and backward compute (a pipeline stage: its
+  // instructions' compute, forwards and backwards together, in pipeline_compute_ms), the clip
+  // and update, the wait for data-parallel gradients that backward did not hide, and a pipeline
+  // stage's time blocked in transfers.
+  double forward_ms = 0.0;
+  double backward_ms = 0.0;
+  double pipeline_compute_ms = 0.0;
+  double optimizer_ms = 0.0;
+  double exposed_comm_ms = 0.0;
+  double pipeline_idle_ms = 0.0;
 };
 
 // The parallel layout of one rank: its data-parallel group (docs/data-parallel.md) and its
@@ -151,8 +161,9 @@ class Trainer {
   int64_t stream_offset_ = 0;
   int64_t first_sequence() const { return step_ * config_.global_batch + stream_offset_; }
 
-  // Forward and backward of the step's micro-batches; returns this rank's loss sum.
-  double run_micro_batches(double global_tokens);
+  // Forward and backward of the step's micro-batches; returns this rank's loss sum and adds
+  // their compute times to `parts`.
+  double run_micro_batches(double global_tokens, StepMetrics& parts);
   double run_pipeline(double global_tokens);
   // The loss sum and token count of micro_ through the pipeline's forwards only (evaluation).
   ForwardResult pipeline_forward();

@@ -13,6 +13,7 @@
 #include "cli/cli_run.h"
 #include "cli/tiny_run.h"
 #include "support/scratch_dir.h"
+#include "train/test_corpus.h"
 
 namespace lattice::testing {
 namespace {
@@ -119,6 +120,41 @@ TEST(DoctorCli, ACheckpointAloneIsCheckedAgainstTheModelItRecords) {
   EXPECT_EQ(r.exit_code, 1) << r.all();
   EXPECT_NE(r.out.find("FAIL  Checkpoint against the config (checkpoint)"), std::string::npos)
       << r.out;
+}
+
+TEST(DoctorCli, EveryRankOfARunWritesItsMetricsAndTheRunChecksPass) {
+  const auto data = make_corpus_dir("doctor_cli_run", 8000, 2000);
+  const std::filesystem::path config = write_tiny_config(data, 6, "");
+  const std::filesystem::path out = scratch_dir("doctor_cli_run_out");
+  const CliResult trained = run_cli(train_args(config, out, {"--dp", "2"}), kLimitS);
+  ASSERT_EQ(trained.exit_code, 0) << trained.all();
+  EXPECT_NE(trained.out.find("per-rank metrics in"), std::string::npos) << trained.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(out / "metrics" / ("rank_0000" + std::to_string(rank) + ".jsonl"));
+    int steps = 0;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      EXPECT_EQ(j.at("step"), ++steps);
+      EXPECT_EQ(j.at("rank"), rank);
+      EXPECT_EQ(j.at("at").at("dp"), rank);
+      EXPECT_GT(j.at("parts").at("backward_ms").get<double>(), 0.0);
+      EXPECT_GT(j.at("memory").at("live").at("optimizer_state").get<int64_t>(), 0);
+      // The dp group's gradient all-reduces of this step, with their bandwidth.
+      bool reduced = false;
+      for (const nlohmann::json& c : j.at("comm")) {
+        reduced |= c.at("collective") == "all_reduce" && c.at("group") == "dp[pp0·tp0]" &&
+                   c.at("busbw").get<double>() > 0;
+      }
+      EXPECT_TRUE(reduced) << line;
+    }
+    EXPECT_EQ(steps, 6);
+  }
+  const CliResult r =
+      run_cli({LATTICE_EXECUTABLE, "doctor", "--run", out.string(), "--json"}, kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::map<std::string, std::string> by_id = verdicts(r.out);
+  EXPECT_EQ(by_id.size(), 4u) << r.out;
+  EXPECT_EQ(by_id.at("run-loss"), "PASS") << r.out;
 }
 
 TEST(DoctorCli, UnderMpirunEveryRankReportsAndUnboundRanksFailAffinity) {

@@ -1,0 +1,230 @@
+#include "doctor/run_checks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+#include "core/statistics.h"
+
+namespace lattice::doctor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A grad norm this many times the median of the steps before it is a spike.
+constexpr double kSpikeFactor = 10;
+// A rank this many times the median step of the others, this many steps in a row, straggles.
+constexpr double kStragglerFactor = 1.5;
+constexpr int kStragglerSteps = 3;
+// Live bytes that grew on every one of this many steps in a row grow without bound.
+constexpr int kGrowthSteps = 10;
+constexpr double kFragmentation = 0.5;
+constexpr double kExposedShare = 0.3;
+
+// A number of a record; NaN for null, which is how JSON writers store NaN and infinity.
+double number(const nlohmann::json& record, const char* key) {
+  const nlohmann::json& value = record.at(key);
+  return value.is_number() ? value.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+CheckResult result(const char* id, const char* title) {
+  CheckResult r;
+  r.id = id;
+  r.title = title;
+  return r;
+}
+
+CheckResult check_losses(const RunMetrics& run) {
+  CheckResult r = result("run-loss", "Losses and grad norms of the run");
+  int64_t steps = 0;
+  for (size_t rank = 0; rank < run.records.size(); ++rank) {
+    std::vector<double> norms;
+    for (const nlohmann::json& j : run.records[rank]) {
+      const int64_t step = j.at("step").get<int64_t>();
+      const double loss = number(j, "loss");
+      const double norm = number(j, "grad_norm");
+      steps = std::max(steps, step);
+      if (!std::isfinite(loss) || !std::isfinite(norm)) {
+        r.verdict = Verdict::kFail;
+        r.saw = fmt::format("step {} on rank {}: loss {}, grad norm {}: the run diverged", step,
+                            rank, loss, norm);
+        r.fix =
+            "resume from the checkpoint before it with a lower optim.lr (or a longer "
+            "optim.warmup_steps), and keep optim.grad_clip on";
+        return r;
+      }
+      if (norms.size() >= 5) {
+        const double typical = median(norms);
+        if (typical > 0 && norm > kSpikeFactor * typical && r.verdict != Verdict::kWarn) {
+          r.verdict = Verdict::kWarn;
+          r.saw = fmt::format(
+              "step {} on rank {}: grad norm {:.4g}, {:.0f}× the median {:.4g} of the steps "
+              "before: a loss spike (clipped to optim.grad_clip)",
+              step, rank, norm, norm / typical, typical);
+          r.fix = "look at the data of that step; a lower optim.lr or more warm-up steps";
+        }
+      }
+      norms.push_back(norm);
+    }
+  }
+  if (r.verdict == Verdict::kWarn) return r;
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("{} steps on {} rank(s): finite losses and grad norms, no spike", steps,
+                      run.records.size());
+  return r;
+}
+
+CheckResult check_stragglers(const RunMetrics& run) {
+  CheckResult r = result("run-stragglers", "Stragglers");
+  if (run.records.size() < 2) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "one rank: nobody to straggle behind";
+    return r;
+  }
+  // step -> each rank's compute ms: the step's wall time is the same on every rank (they wait
+  // for each other in its collectives), the compute is where a slow rank shows.
+  std::map<int64_t, std::map<size_t, double>> by_step;
+  for (size_t rank = 0; rank < run.records.size(); ++rank) {
+    for (const nlohmann::json& j : run.records[rank]) {
+      const nlohmann::json& parts = j.at("parts");
+      by_step[j.at("step").get<int64_t>()][rank] =
+          parts.at("forward_ms").get<double>() + parts.at("backward_ms").get<double>() +
+          parts.at("pipeline_compute_ms").get<double>() + parts.at("optimizer_ms").get<double>();
+    }
+  }
+  std::vector<int> slow_run(run.records.size(), 0);
+  for (const auto& [step, times] : by_step) {
+    if (times.size() < run.records.size()) continue;  // a step not every rank has finished
+    for (const auto& [rank, ms] : times) {
+      std::vector<double> others;
+      for (const auto& [other, their_ms] : times)
+        if (other != rank) others.push_back(their_ms);
+      const double typical = median(others);
+      slow_run[rank] = ms > kStragglerFactor * typical ? slow_run[rank] + 1 : 0;
+      if (slow_run[rank] < kStragglerSteps) continue;
+      r.verdict = Verdict::kWarn;
+      r.saw = fmt::format(
+          "rank {} computed {:.1f} ms at step {} against a median of {:.1f} ms on the others "
+          "({:.1f}×), for {} steps in a row: every rank waits for it",
+          rank, ms, step, typical, ms / typical, slow_run[rank]);
+      r.fix = "lattice doctor --env shows each rank's cores; look for another load on them";
+      r.figures = {{"rank", rank}, {"step", step}, {"ms", ms}, {"others_median_ms", typical}};
+      return r;
+    }
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format(
+      "no rank's compute above {}× the others' median for {} steps in a row ({} "
+      "steps)",
+      kStragglerFactor, kStragglerSteps, by_step.size());
+  return r;
+}
+
+CheckResult check_memory_growth(const RunMetrics& run) {
+  CheckResult r = result("run-memory", "Memory of the run");
+  double worst_fragmentation = 0;
+  for (size_t rank = 0; rank < run.records.size(); ++rank) {
+    int growing = 0;
+    double previous = -1;
+    for (const nlohmann::json& j : run.records[rank]) {
+      const nlohmann::json& memory = j.at("memory");
+      const double live = memory.at("live_bytes").get<double>();
+      growing = previous >= 0 && live > previous ? growing + 1 : 0;
+      previous = live;
+      worst_fragmentation = std::max(worst_fragmentation, memory.at("fragmentation").get<double>());
+      if (growing >= kGrowthSteps) {
+        r.verdict = Verdict::kWarn;
+        r.saw = fmt::format(
+            "rank {}'s live bytes grew on each of {} steps in a row, to {:.1f} MiB at step {}: "
+            "something is kept every step",
+            rank, growing, live / double(1 << 20), j.at("step").get<int64_t>());
+        r.fix = "the per-category bytes in its metrics name what grows";
+        return r;
+      }
+    }
+  }
+  if (worst_fragmentation > kFragmentation) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "an arena's free space is {:.0f}% fragmented: a large allocation may "
+        "not fit although the bytes are free",
+        100 * worst_fragmentation);
+    r.fix = "allocations of changing sizes (eval batches, resharding): keep shapes fixed";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("no rank's live bytes grow step after step; fragmentation at most {:.0f}%",
+                      100 * worst_fragmentation);
+  return r;
+}
+
+CheckResult check_exposed_comm(const RunMetrics& run) {
+  CheckResult r = result("run-comm", "Communication the steps did not hide");
+  double exposed = 0, total = 0;
+  for (const auto& records : run.records) {
+    for (const nlohmann::json& j : records) {
+      const nlohmann::json& parts = j.at("parts");
+      exposed +=
+          parts.at("exposed_comm_ms").get<double>() + parts.at("pipeline_idle_ms").get<double>();
+      total += j.at("ms").get<double>();
+    }
+  }
+  const double share = total > 0 ? exposed / total : 0;
+  r.figures = {{"exposed_share", share}};
+  if (share > kExposedShare) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "{:.0f}% of the steps' time waited for gradient reduction or pipeline "
+        "transfers",
+        100 * share);
+    r.fix =
+        "smaller --bucket-mb so reduction starts earlier, more micro-batches for the "
+        "pipeline, or fewer ranks per link (lattice plan explains the trade)";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("{:.1f}% of the steps' time waited for communication", 100 * share);
+  return r;
+}
+
+}  // namespace
+
+RunMetrics read_run_metrics(const fs::path& run_dir) {
+  const fs::path dir = run_dir / "metrics";
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("rank_") && name.ends_with(".jsonl")) files.push_back(entry.path());
+  }
+  if (files.empty()) {
+    LATTICE_THROW(IoError,
+                  "{} holds no per-rank metrics (metrics/rank_NNNNN.jsonl) ---> HINT: pass the "
+                  "output.dir of a lattice train run",
+                  run_dir.string());
+  }
+  std::sort(files.begin(), files.end());
+  RunMetrics run;
+  for (const fs::path& file : files) {
+    std::vector<nlohmann::json>& records = run.records.emplace_back();
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step")) records.push_back(std::move(j));
+    }
+  }
+  return run;
+}
+
+std::vector<CheckResult> check_run(const RunMetrics& run) {
+  return {check_losses(run), check_stragglers(run), check_memory_growth(run),
+          check_exposed_comm(run)};
+}
+
+}  // namespace lattice::doctor

@@ -1,0 +1,26 @@
+// `lattice doctor --run DIR`: a finished or running run's per-rank metrics
+// (<DIR>/metrics/rank_NNNNN.jsonl, run/rank_metrics.h) read back and checked: losses and grad
+// norms that left the finite numbers or spiked, stragglers, memory that grows every step or
+// fragments, and communication the steps did not hide.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "doctor/check.h"
+
+namespace lattice::doctor {
+
+// records[rank]: that rank's records in step order (a torn last line, of a run killed while
+// writing, is skipped). IoError naming the directory and the fix when it holds no metrics.
+struct RunMetrics {
+  std::vector<std::vector<nlohmann::json>> records;
+};
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir);
+
+// run-loss, run-stragglers, run-memory, run-comm.
+std::vector<CheckResult> check_run(const RunMetrics& run);
+
+}  // namespace lattice::doctor

@@ -1,0 +1,102 @@
+#include "run/rank_metrics.h"
+
+#include <fmt/format.h>
+
+#include "core/timer.h"
+
+namespace lattice {
+
+namespace {
+
+nlohmann::json by_category(const std::array<size_t, kMemoryCategoryCount>& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t c = 0; c < kMemoryCategoryCount; ++c) {
+    j[std::string(memory_category_name(MemoryCategory(c)))] = bytes[c];
+  }
+  return j;
+}
+
+}  // namespace
+
+std::filesystem::path rank_metrics_path(const std::filesystem::path& run_dir, int rank) {
+  return run_dir / "metrics" / fmt::format("rank_{:05d}.jsonl", rank);
+}
+
+RankMetrics::RankMetrics(const std::filesystem::path& run_dir, DeviceMesh& mesh, const Arena& arena,
+                         int64_t continue_after, CostProfile profile)
+    : log_(rank_metrics_path(run_dir, mesh.world().rank()), continue_after),
+      rank_(mesh.world().rank()),
+      at_(mesh.coordinates()),
+      arena_(arena),
+      profile_(std::move(profile)) {
+  for (const Communicator* group : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) {
+    if (group->size() > 1) groups_.push_back({group, group->stats()});
+  }
+}
+
+void RankMetrics::write(const StepMetrics& m, double peak_flops) {
+  const Stopwatch watch;
+  nlohmann::json comm = nlohmann::json::array();
+  for (Group& g : groups_) {
+    const CommStats now = g.comm->stats();
+    for (int c = 0; c < kCollectiveCount; ++c) {
+      for (int a = 0; a < kAlgorithmCount; ++a) {
+        const CollectiveTotals& total = now.totals(Collective(c), Algorithm(a));
+        const CollectiveTotals& earlier = g.before.totals(Collective(c), Algorithm(a));
+        const uint64_t calls = total.calls - earlier.calls;
+        if (calls == 0) continue;
+        const uint64_t bytes = total.bytes - earlier.bytes;
+        const double seconds = total.seconds - earlier.seconds;
+        const double algbw = seconds > 0 ? double(bytes) / seconds : 0.0;
+        nlohmann::json entry = {
+            {"group", g.comm->name()},
+            {"size", g.comm->size()},
+            {"collective", collective_name(Collective(c))},
+            {"algorithm", algorithm_name(Algorithm(a))},
+            {"calls", calls},
+            {"bytes", bytes},
+            {"seconds", seconds},
+            {"algbw", algbw},
+            {"busbw", algbw * bus_bandwidth_factor(Collective(c), g.comm->size())}};
+        if (const auto model = profile_.find(Collective(c), Algorithm(a), g.comm->size())) {
+          // The profile's time for calls of this size over the measured: 1 at the calibrated speed.
+          const double predicted = double(calls) * model->predict(double(bytes) / double(calls));
+          if (seconds > 0) entry["profile_share"] = predicted / seconds;
+        }
+        comm.push_back(std::move(entry));
+      }
+    }
+    g.before = now;
+  }
+  const MemoryStats memory = arena_.stats();
+  nlohmann::json record = {{"step", m.step},
+                           {"rank", rank_},
+                           {"at", {{"pp", at_.pp}, {"dp", at_.dp}, {"tp", at_.tp}}},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"grad_norm", m.grad_norm},
+                           {"ms", m.ms},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"mfu", m.model_flops_per_s / peak_flops},
+                           {"parts",
+                            {{"forward_ms", m.forward_ms},
+                             {"backward_ms", m.backward_ms},
+                             {"pipeline_compute_ms", m.pipeline_compute_ms},
+                             {"optimizer_ms", m.optimizer_ms},
+                             {"exposed_comm_ms", m.exposed_comm_ms},
+                             {"pipeline_idle_ms", m.pipeline_idle_ms}}},
+                           {"memory",
+                            {{"live_bytes", memory.live_bytes},
+                             {"peak_bytes", memory.peak_bytes},
+                             {"reserved_bytes", memory.reserved_bytes},
+                             {"fragmentation", memory.fragmentation()},
+                             {"live", by_category(memory.live_by_category)},
+                             {"peak", by_category(memory.peak_by_category)}}},
+                           {"comm", std::move(comm)}};
+  if (m.val_loss) record["val_loss"] = *m.val_loss;
+  log_.write(record);
+  write_seconds_ += watch.seconds();
+  step_seconds_ += m.ms / 1e3;
+}
+
+}  // namespace lattice

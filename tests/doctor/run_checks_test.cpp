@@ -1,0 +1,136 @@
+// `lattice doctor --run`'s checks on run directories written the way run/rank_metrics.h writes
+// them: each condition (a loss that left the finite numbers, a grad-norm spike, a straggling
+// rank, live bytes that grow every step, fragmented free space, exposed communication) names
+// its check; a healthy run passes them all; a torn last line is skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+
+#include "core/error.h"
+#include "doctor/run_checks.h"
+#include "support/scratch_dir.h"
+
+namespace lattice::doctor {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A record as RankMetrics writes it, with the fields the checks read.
+nlohmann::json record(int64_t step, double compute_ms) {
+  return {{"step", step},
+          {"loss", 4.0 - 0.01 * double(step)},
+          {"grad_norm", 1.0},
+          {"ms", compute_ms + 2.0},
+          {"parts",
+           {{"forward_ms", compute_ms / 3},
+            {"backward_ms", 2 * compute_ms / 3},
+            {"pipeline_compute_ms", 0.0},
+            {"optimizer_ms", 0.0},
+            {"exposed_comm_ms", 1.0},
+            {"pipeline_idle_ms", 0.0}}},
+          {"memory", {{"live_bytes", 1000}, {"fragmentation", 0.0}}}};
+}
+
+// A run directory of `ranks` ranks and `steps` steps; `edit(rank, record)` changes a record.
+fs::path write_run(const std::string& name, int ranks, int steps,
+                   const std::function<void(int, nlohmann::json&)>& edit = {}) {
+  const fs::path dir = testing::scratch_dir(name);
+  fs::create_directories(dir / "metrics");
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::ofstream out(dir / "metrics" / ("rank_0000" + std::to_string(rank) + ".jsonl"));
+    for (int step = 1; step <= steps; ++step) {
+      nlohmann::json j = record(step, 30.0);
+      if (edit) edit(rank, j);
+      out << j.dump() << "\n";
+    }
+  }
+  return dir;
+}
+
+Verdict verdict_of(const std::vector<CheckResult>& results, const std::string& id) {
+  for (const CheckResult& r : results)
+    if (r.id == id) return r.verdict;
+  throw std::runtime_error("no check " + id);
+}
+
+std::string text(const std::vector<CheckResult>& results) {
+  return format_results(results);
+}
+
+TEST(RunChecks, AHealthyRunPassesAndATornLastLineIsSkipped) {
+  const fs::path dir = write_run("run_healthy", 2, 20);
+  std::ofstream(dir / "metrics" / "rank_00001.jsonl", std::ios::app) << "{\"step\": 21, \"lo";
+  const RunMetrics run = read_run_metrics(dir);
+  ASSERT_EQ(run.records.size(), 2u);
+  EXPECT_EQ(run.records[1].size(), 20u);
+  for (const CheckResult& r : check_run(run)) EXPECT_EQ(r.verdict, Verdict::kPass) << text({r});
+}
+
+TEST(RunChecks, ANonFiniteLossFailsAndAGradNormSpikeWarnsRunLoss) {
+  const auto nan_at = [](int rank, nlohmann::json& j) {
+    if (rank == 1 && j["step"] == 12) j["loss"] = std::numeric_limits<double>::quiet_NaN();
+  };
+  // nlohmann writes NaN as null: the reader sees a non-number.
+  std::vector<CheckResult> results =
+      check_run(read_run_metrics(write_run("run_nan", 2, 20, nan_at)));
+  EXPECT_EQ(verdict_of(results, "run-loss"), Verdict::kFail) << text(results);
+  const auto spike_at = [](int, nlohmann::json& j) {
+    if (j["step"] == 15) j["grad_norm"] = 40.0;
+  };
+  results = check_run(read_run_metrics(write_run("run_spike", 2, 20, spike_at)));
+  EXPECT_EQ(verdict_of(results, "run-loss"), Verdict::kWarn) << text(results);
+  EXPECT_NE(text(results).find("step 15 on rank 0: grad norm 40"), std::string::npos)
+      << text(results);
+}
+
+TEST(RunChecks, ARankComputingTwiceAsLongForSeveralStepsWarnsRunStragglers) {
+  const auto slow = [](int rank, nlohmann::json& j) {
+    if (rank == 2 && j["step"] >= 8) j = record(j["step"], 70.0);
+  };
+  const std::vector<CheckResult> results =
+      check_run(read_run_metrics(write_run("run_straggler", 4, 20, slow)));
+  EXPECT_EQ(verdict_of(results, "run-stragglers"), Verdict::kWarn) << text(results);
+  EXPECT_NE(text(results).find("rank 2 computed 70.0 ms at step 10"), std::string::npos)
+      << text(results);
+  // Two slow steps only: not yet a straggler.
+  const auto briefly = [](int rank, nlohmann::json& j) {
+    if (rank == 2 && (j["step"] == 8 || j["step"] == 9)) j = record(j["step"], 70.0);
+  };
+  EXPECT_EQ(verdict_of(check_run(read_run_metrics(write_run("run_brief", 4, 20, briefly))),
+                       "run-stragglers"),
+            Verdict::kPass);
+}
+
+TEST(RunChecks, LiveBytesGrowingEveryStepOrFragmentedFreeSpaceWarnRunMemory) {
+  const auto leak = [](int rank, nlohmann::json& j) {
+    if (rank == 0) j["memory"]["live_bytes"] = 1000 + 64 * j["step"].get<int>();
+  };
+  std::vector<CheckResult> results =
+      check_run(read_run_metrics(write_run("run_leak", 2, 20, leak)));
+  EXPECT_EQ(verdict_of(results, "run-memory"), Verdict::kWarn) << text(results);
+  const auto fragmented = [](int, nlohmann::json& j) { j["memory"]["fragmentation"] = 0.8; };
+  results = check_run(read_run_metrics(write_run("run_fragmented", 2, 5, fragmented)));
+  EXPECT_EQ(verdict_of(results, "run-memory"), Verdict::kWarn) << text(results);
+}
+
+TEST(RunChecks, StepsWaitingOnCommunicationWarnRunComm) {
+  const auto exposed = [](int, nlohmann::json& j) { j["parts"]["exposed_comm_ms"] = 20.0; };
+  const std::vector<CheckResult> results =
+      check_run(read_run_metrics(write_run("run_exposed", 2, 10, exposed)));
+  EXPECT_EQ(verdict_of(results, "run-comm"), Verdict::kWarn) << text(results);
+}
+
+TEST(RunChecks, ADirectoryWithoutMetricsIsAnIoErrorNamingTheFix) {
+  try {
+    read_run_metrics(testing::scratch_dir("run_empty"));
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("output.dir of a lattice train run"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace lattice::doctor
