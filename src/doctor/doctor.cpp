@@ -55,6 +55,13 @@ void set_from_error(CheckResult& result, const std::string& message) {
   result.fix = at == std::string::npos ? "" : message.substr(at + marker.size());
 }
 
+// "a, b, c and 5 more": the first `shown` of a list.
+std::string first_few(const std::vector<std::string>& items, size_t shown) {
+  shown = std::min(items.size(), shown);
+  return fmt::format("{}{}", fmt::join(items.begin(), items.begin() + ptrdiff_t(shown), ", "),
+                     items.size() > shown ? fmt::format(" and {} more", items.size() - shown) : "");
+}
+
 std::string coordinates(const MeshCoordinates& at) {
   return fmt::format("pp {} dp {} tp {}", at.pp, at.dp, at.tp);
 }
@@ -575,12 +582,7 @@ CheckResult check_checkpoint(const DoctorInput& in) {
                {"misshaped", misshaped.size()},  {"unexpected", unexpected.size()}};
   if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
     std::vector<std::string> problems;
-    const auto some = [](const std::vector<std::string>& items) {
-      const size_t shown = std::min<size_t>(items.size(), 3);
-      return fmt::format(
-          "{}{}", fmt::join(items.begin(), items.begin() + ptrdiff_t(shown), ", "),
-          items.size() > shown ? fmt::format(" and {} more", items.size() - shown) : "");
-    };
+    const auto some = [](const std::vector<std::string>& items) { return first_few(items, 3); };
     if (!missing.empty()) problems.push_back("missing " + some(missing));
     if (!misshaped.empty()) problems.push_back("of another shape or dtype " + some(misshaped));
     if (!unexpected.empty()) problems.push_back("not the model's " + some(unexpected));
@@ -687,12 +689,7 @@ CheckResult check_dtype_load(const DoctorInput& in) {
                {"unexpected", count(Kind::kUnexpected)},
                {"skipped", count(Kind::kSkipped)},
                {"missing", int64_t(survey.missing.size())}};
-  const auto first = [](const std::vector<std::string>& items) {
-    const size_t shown = std::min<size_t>(items.size(), 4);
-    return fmt::format(
-        "{}{}", fmt::join(items.begin(), items.begin() + ptrdiff_t(shown), ", "),
-        items.size() > shown ? fmt::format(" and {} more", items.size() - shown) : "");
-  };
+  const auto first = [](const std::vector<std::string>& items) { return first_few(items, 4); };
   std::vector<std::string> problems;
   if (!survey.missing.empty()) problems.push_back("missing " + first(survey.missing));
   if (count(Kind::kUnexpected) > 0)

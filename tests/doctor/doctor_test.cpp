@@ -64,6 +64,19 @@ std::set<std::string> with_verdict(const std::vector<CheckResult>& results, Verd
   return ids;
 }
 
+// A checkpoint of one step of `config` on one rank (random tokens of length `seq`).
+fs::path saved_checkpoint(const fs::path& root, TrainConfig config, int64_t seq, uint64_t seed) {
+  config.seq_len = seq;
+  config.resolve_batch(1);
+  Arena arena("save");
+  Trainer trainer(
+      config, arena, {},
+      {.train = random_token_file(config.global_batch, seq, config.model.vocab_size, seed),
+       .val = nullptr});
+  trainer.train_step();
+  return save_trainer_checkpoint(root, trainer, nullptr);
+}
+
 std::string all_text(const std::vector<CheckResult>& results) {
   return format_results(results);
 }
@@ -81,15 +94,9 @@ TEST(Doctor, AHealthyLayoutPassesEveryCheck) {
   TrainConfig one_rank = config;
   one_rank.parallel = ParallelConfig{};
   one_rank.micro_batches = 2;
-  one_rank.seq_len = 16;
   config.seq_len = 16;
-  one_rank.resolve_batch(1);
-  Trainer saver(one_rank, arena, {},
-                {.train = random_token_file(one_rank.global_batch, 16, config.model.vocab_size, 4),
-                 .val = nullptr});
-  saver.train_step();
   const fs::path checkpoint =
-      save_trainer_checkpoint(fs::path(config.out_dir) / "checkpoints", saver, nullptr);
+      saved_checkpoint(fs::path(config.out_dir) / "checkpoints", one_rank, 16, 4);
   DoctorInput input = input_for(config, true);
   input.init_from = fs::path(config.out_dir) / "hf";
   input.resume_from = checkpoint;
@@ -190,16 +197,10 @@ TEST(Doctor, AReplicaThatDivergesFailsReplicasNamingTheParameterAndRanks) {
 }
 
 TEST(Doctor, ResumingWithAnotherGlobalBatchFailsBatchAndSaysTheLrWasNotRescaled) {
-  const fs::path root = testing::scratch_dir("doctor_batch");
   TrainConfig config = tiny(1, 1);
   config.seq_len = 32;
   config.resolve_batch(1);
-  Arena arena("save");
-  Trainer trainer(config, arena, {},
-                  {.train = random_token_file(config.global_batch, 32, config.model.vocab_size, 1),
-                   .val = nullptr});
-  trainer.train_step();
-  const fs::path dir = save_trainer_checkpoint(root, trainer, nullptr);
+  const fs::path dir = saved_checkpoint(testing::scratch_dir("doctor_batch"), config, 32, 1);
 
   DoctorInput same = input_for(config, false);
   same.resume_from = dir;
@@ -221,16 +222,10 @@ TEST(Doctor, ResumingWithAnotherGlobalBatchFailsBatchAndSaysTheLrWasNotRescaled)
 }
 
 TEST(Doctor, ACorruptedCheckpointOrOneOfAnotherModelFailsCheckpoint) {
-  const fs::path root = testing::scratch_dir("doctor_checkpoint");
   TrainConfig config = tiny(1, 1);
   config.seq_len = 16;
   config.resolve_batch(1);
-  Arena arena("save");
-  Trainer trainer(config, arena, {},
-                  {.train = random_token_file(config.global_batch, 16, config.model.vocab_size, 2),
-                   .val = nullptr});
-  trainer.train_step();
-  const fs::path dir = save_trainer_checkpoint(root, trainer, nullptr);
+  const fs::path dir = saved_checkpoint(testing::scratch_dir("doctor_checkpoint"), config, 16, 2);
   DoctorInput input = input_for(config, false);
   input.resume_from = dir;
   EXPECT_EQ(result_of(run_checks(input), "checkpoint").verdict, Verdict::kPass);
