@@ -20,4 +20,11 @@ double thread_cpu_seconds() {
   return double(now.tv_sec) + 1e-9 * double(now.tv_nsec);
 }
 
+bool StragglerStreak::observe(double mine, double others_median, double factor, int steps) {
+  length_ = others_median > 0 && mine > factor * others_median ? length_ + 1 : 0;
+  if (length_ < steps || reported_) return false;
+  reported_ = true;
+  return true;
+}
+
 }  // namespace lattice

@@ -21,7 +21,6 @@ namespace {
 constexpr double kSpikeFactor = 10;
 // A rank this many times the median step of the others, this many steps in a row, straggles.
 constexpr double kStragglerFactor = 1.5;
-constexpr int kStragglerSteps = 3;
 // Live bytes that grew on every one of this many steps in a row grow without bound.
 constexpr int kGrowthSteps = 10;
 constexpr double kFragmentation = 0.5;
@@ -87,18 +86,14 @@ CheckResult check_stragglers(const RunMetrics& run) {
     r.saw = "one rank: nobody to straggle behind";
     return r;
   }
-  // step -> each rank's compute ms: the step's wall time is the same on every rank (they wait
-  // for each other in its collectives), the compute is where a slow rank shows.
+  // step -> each rank's busy ms (StepMetrics::busy_ms: the step without its waits).
   std::map<int64_t, std::map<size_t, double>> by_step;
   for (size_t rank = 0; rank < run.records.size(); ++rank) {
     for (const nlohmann::json& j : run.records[rank]) {
-      const nlohmann::json& parts = j.at("parts");
-      by_step[j.at("step").get<int64_t>()][rank] =
-          parts.at("forward_ms").get<double>() + parts.at("backward_ms").get<double>() +
-          parts.at("pipeline_compute_ms").get<double>() + parts.at("optimizer_ms").get<double>();
+      by_step[j.at("step").get<int64_t>()][rank] = j.at("parts").at("busy_ms").get<double>();
     }
   }
-  std::vector<int> slow_run(run.records.size(), 0);
+  std::vector<StragglerStreak> streaks(run.records.size());
   for (const auto& [step, times] : by_step) {
     if (times.size() < run.records.size()) continue;  // a step not every rank has finished
     for (const auto& [rank, ms] : times) {
@@ -106,13 +101,12 @@ CheckResult check_stragglers(const RunMetrics& run) {
       for (const auto& [other, their_ms] : times)
         if (other != rank) others.push_back(their_ms);
       const double typical = median(others);
-      slow_run[rank] = ms > kStragglerFactor * typical ? slow_run[rank] + 1 : 0;
-      if (slow_run[rank] < kStragglerSteps) continue;
+      if (!streaks[rank].observe(ms, typical, kStragglerFactor)) continue;
       r.verdict = Verdict::kWarn;
       r.saw = fmt::format(
-          "rank {} computed {:.1f} ms at step {} against a median of {:.1f} ms on the others "
+          "rank {} was busy {:.1f} ms at step {} against a median of {:.1f} ms on the others "
           "({:.1f}×), for {} steps in a row: every rank waits for it",
-          rank, ms, step, typical, ms / typical, slow_run[rank]);
+          rank, ms, step, typical, ms / typical, streaks[rank].length());
       r.fix = "lattice doctor --env shows each rank's cores; look for another load on them";
       r.figures = {{"rank", rank}, {"step", step}, {"ms", ms}, {"others_median_ms", typical}};
       return r;
@@ -122,7 +116,7 @@ CheckResult check_stragglers(const RunMetrics& run) {
   r.saw = fmt::format(
       "no rank's compute above {}× the others' median for {} steps in a row ({} "
       "steps)",
-      kStragglerFactor, kStragglerSteps, by_step.size());
+      kStragglerFactor, StragglerStreak::kSteps, by_step.size());
   return r;
 }
 

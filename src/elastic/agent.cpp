@@ -302,9 +302,7 @@ void Agent::watch_stragglers() {
     if (mine <= 0 || others.empty()) continue;
     std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
     const double median = others[others.size() / 2];
-    rank.slow_steps = mine > factor * median ? rank.slow_steps + 1 : 0;
-    if (rank.slow_steps < 3 || rank.reported_slow) continue;
-    rank.reported_slow = true;
+    if (!rank.slow.observe(mine, median, factor)) continue;
     stragglers_.push_back({.rank = r, .step = step, .compute_s = mine, .others_median_s = median});
     spdlog::warn(
         "agent: rank {} (host {}, pid {}) is a straggler: {:.1f} ms of compute per step against "

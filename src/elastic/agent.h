@@ -21,6 +21,8 @@
 // rank whose compute per step is far above the others' is reported as a straggler, not killed.
 #pragma once
 
+#include "core/statistics.h"
+
 #include <sys/types.h>
 
 #include <filesystem>
@@ -102,8 +104,7 @@ class Agent {
     int signal = 0;     // when killed by a signal
     // Straggler watch: the step last looked at, how many steps in a row it was slow.
     int64_t seen_step = -1;
-    int slow_steps = 0;
-    bool reported_slow = false;
+    StragglerStreak slow;
   };
 
   // Starts a process; with `rank` >= 0 it is assigned that rank of the current generation.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "data/tokenizer.h"
 #include "model/generate.h"
 #include "parallel/rank_sum.h"
+#include "run/live_progress.h"
 #include "run/rank_metrics.h"
 #include "trace/chrome_trace.h"
 #include "trace/event_recorder.h"
@@ -327,6 +329,15 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   int64_t saves = 0;
   bool stopped = false;
   const int64_t first_step = trainer.step();
+  // Under lattice launch the agent watches for stragglers from its status records.
+  // A bar only where this process owns the terminal (mpirun and lattice launch forward ranks'
+  // output through ptys of their own).
+  LiveProgress live(
+      first_step, config.steps,
+      lead && layout.transport == TransportKind::kThreads && ::isatty(STDOUT_FILENO) == 1,
+      session != nullptr && layout.transport == TransportKind::kGloo
+          ? 0.0
+          : config.elastic.straggler_factor);
   for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
@@ -349,9 +360,13 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     if (checkpoints) report_committed(*checkpoints, lead, reported);
     stopped = !last && stop_agreed(mesh.world());
     if (rank_metrics) rank_metrics->write(m, peak);
+    const bool line_due =
+        m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped;
+    live.after_step(m, mesh.world(), line_due);
     if (lead) {
-      if (m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped) {
-        fmt::print("{}\n", format_progress(m, config.steps, peak));
+      if (line_due) {
+        live.clear_bar();
+        fmt::print("{}{}\n", format_progress(m, config.steps, peak), live.eta_suffix(m));
         std::fflush(stdout);
       }
       if (metrics) metrics->write(m, peak);

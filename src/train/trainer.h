@@ -47,6 +47,9 @@ struct StepMetrics {
   double optimizer_ms = 0.0;
   double exposed_comm_ms = 0.0;
   double pipeline_idle_ms = 0.0;
+  // The step without its waits for gradients and transfers: where a slow rank shows (the wall
+  // time is the same on every rank, they wait for each other).
+  double busy_ms() const { return ms - exposed_comm_ms - pipeline_idle_ms; }
 };
 
 // The parallel layout of one rank: its data-parallel group (docs/data-parallel.md) and its

@@ -25,7 +25,8 @@ nlohmann::json record(int64_t step, double compute_ms) {
           {"grad_norm", 1.0},
           {"ms", compute_ms + 2.0},
           {"parts",
-           {{"forward_ms", compute_ms / 3},
+           {{"busy_ms", compute_ms + 1.0},
+            {"forward_ms", compute_ms / 3},
             {"backward_ms", 2 * compute_ms / 3},
             {"pipeline_compute_ms", 0.0},
             {"optimizer_ms", 0.0},
@@ -93,7 +94,7 @@ TEST(RunChecks, ARankComputingTwiceAsLongForSeveralStepsWarnsRunStragglers) {
   const std::vector<CheckResult> results =
       check_run(read_run_metrics(write_run("run_straggler", 4, 20, slow)));
   EXPECT_EQ(verdict_of(results, "run-stragglers"), Verdict::kWarn) << text(results);
-  EXPECT_NE(text(results).find("rank 2 computed 70.0 ms at step 10"), std::string::npos)
+  EXPECT_NE(text(results).find("rank 2 was busy 71.0 ms at step 10"), std::string::npos)
       << text(results);
   // Two slow steps only: not yet a straggler.
   const auto briefly = [](int rank, nlohmann::json& j) {
