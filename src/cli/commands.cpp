@@ -18,6 +18,7 @@ void register_commands(CLI::App& app) {
   register_launch_command(app);
   register_bench_elastic_command(app);
   register_doctor_command(app);
+  register_report_command(app);
 }
 
 }  // namespace lattice::cli

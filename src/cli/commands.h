@@ -22,5 +22,6 @@ void register_explain_command(CLI::App& app);
 void register_launch_command(CLI::App& app);         // the elastic agent
 void register_bench_elastic_command(CLI::App& app);  // bench elastic
 void register_doctor_command(CLI::App& app);
+void register_report_command(CLI::App& app);
 
 }  // namespace lattice::cli

@@ -131,8 +131,7 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
     return;
   }
   if (!args.run.empty()) {
-    const std::vector<doctor::CheckResult> results =
-        doctor::check_run(doctor::read_run_metrics(args.run));
+    const std::vector<doctor::CheckResult> results = doctor::check_run(read_run_metrics(args.run));
     if (!args.json) fmt::print("lattice doctor --run {}\n\n", args.run);
     print_results(results, args.json);
     std::fflush(stdout);

@@ -189,33 +189,6 @@ CheckResult check_exposed_comm(const RunMetrics& run) {
 
 }  // namespace
 
-RunMetrics read_run_metrics(const fs::path& run_dir) {
-  const fs::path dir = run_dir / "metrics";
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("rank_") && name.ends_with(".jsonl")) files.push_back(entry.path());
-  }
-  if (files.empty()) {
-    LATTICE_THROW(IoError,
-                  "{} holds no per-rank metrics (metrics/rank_NNNNN.jsonl) ---> HINT: pass the "
-                  "output.dir of a lattice train run",
-                  run_dir.string());
-  }
-  std::sort(files.begin(), files.end());
-  RunMetrics run;
-  for (const fs::path& file : files) {
-    std::vector<nlohmann::json>& records = run.records.emplace_back();
-    std::ifstream in(file);
-    for (std::string line; std::getline(in, line);) {
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("step")) records.push_back(std::move(j));
-    }
-  }
-  return run;
-}
-
 std::vector<CheckResult> check_run(const RunMetrics& run) {
   return {check_losses(run), check_stragglers(run), check_memory_growth(run),
           check_exposed_comm(run)};

@@ -10,15 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "doctor/check.h"
+#include "run/rank_metrics.h"
 
 namespace lattice::doctor {
-
-// records[rank]: that rank's records in step order (a torn last line, of a run killed while
-// writing, is skipped). IoError naming the directory and the fix when it holds no metrics.
-struct RunMetrics {
-  std::vector<std::vector<nlohmann::json>> records;
-};
-RunMetrics read_run_metrics(const std::filesystem::path& run_dir);
 
 // run-loss, run-stragglers, run-memory, run-comm.
 std::vector<CheckResult> check_run(const RunMetrics& run);

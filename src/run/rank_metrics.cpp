@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <fstream>
+
+#include "core/error.h"
 #include "core/timer.h"
 
 namespace lattice {
@@ -20,6 +24,33 @@ nlohmann::json by_category(const std::array<size_t, kMemoryCategoryCount>& bytes
 
 std::filesystem::path rank_metrics_path(const std::filesystem::path& run_dir, int rank) {
   return run_dir / "metrics" / fmt::format("rank_{:05d}.jsonl", rank);
+}
+
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir) {
+  const std::filesystem::path dir = run_dir / "metrics";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("rank_") && name.ends_with(".jsonl")) files.push_back(entry.path());
+  }
+  if (files.empty()) {
+    LATTICE_THROW(IoError,
+                  "{} holds no per-rank metrics (metrics/rank_NNNNN.jsonl) ---> HINT: pass the "
+                  "output.dir of a lattice train run",
+                  run_dir.string());
+  }
+  std::sort(files.begin(), files.end());
+  RunMetrics run;
+  for (const std::filesystem::path& file : files) {
+    std::vector<nlohmann::json>& records = run.records.emplace_back();
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step")) records.push_back(std::move(j));
+    }
+  }
+  return run;
 }
 
 RankMetrics::RankMetrics(const std::filesystem::path& run_dir, DeviceMesh& mesh, const Arena& arena,

@@ -23,6 +23,14 @@ namespace lattice {
 // The file of world rank `rank` under a run directory.
 std::filesystem::path rank_metrics_path(const std::filesystem::path& run_dir, int rank);
 
+// A run directory's records read back: records[rank] holds that rank's records in step order
+// (a torn last line, of a run killed while writing, is skipped). IoError naming the directory
+// and the fix when it holds no metrics.
+struct RunMetrics {
+  std::vector<std::vector<nlohmann::json>> records;
+};
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir);
+
 class RankMetrics {
  public:
   // Continues the file after `continue_after` steps (a resume or a restart from a snapshot).

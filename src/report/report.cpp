@@ -1,0 +1,235 @@
+#include "report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace lattice {
+
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LATTICE_THROW(IoError,
+                  "cannot read Chart.js at '{}' ---> HINT: bash scripts/setup.sh installs "
+                  "libjs-chart.js",
+                  path.string());
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Text that may sit inside a <script> element: no "</script" can end it early.
+std::string script_safe(std::string text) {
+  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 2)) {
+    text.replace(at, 2, "<\\/");
+  }
+  return text;
+}
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// What the page draws, small enough to embed: per rank its steps' series, per group and
+// collective the mean bus bandwidth of each step over the group's ranks.
+nlohmann::json page_data(const RunMetrics& run) {
+  nlohmann::json ranks = nlohmann::json::array();
+  // (group, collective) -> step -> busbw samples
+  std::map<std::string, std::map<int64_t, std::vector<double>>> bandwidth;
+  for (const std::vector<nlohmann::json>& records : run.records) {
+    nlohmann::json r = {
+        {"steps", nlohmann::json::array()},         {"loss", nlohmann::json::array()},
+        {"val_loss", nlohmann::json::array()},      {"lr", nlohmann::json::array()},
+        {"grad_norm", nlohmann::json::array()},     {"tokens_per_s", nlohmann::json::array()},
+        {"mfu", nlohmann::json::array()},           {"busy_ms", nlohmann::json::array()},
+        {"fragmentation", nlohmann::json::array()}, {"memory", nlohmann::json::object()}};
+    for (const nlohmann::json& j : records) {
+      const int64_t step = j.at("step").get<int64_t>();
+      r["steps"].push_back(step);
+      for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu"}) {
+        r[key].push_back(j.value(key, nlohmann::json()));
+      }
+      r["val_loss"].push_back(j.value("val_loss", nlohmann::json()));
+      r["busy_ms"].push_back(j.at("parts").value("busy_ms", j.value("ms", 0.0)));
+      r["fragmentation"].push_back(j.at("memory").value("fragmentation", 0.0));
+      r["memory"] = j.at("memory").value("live", nlohmann::json::object());  // the last step's
+      r["rank"] = j.value("rank", 0);
+      r["at"] = j.value("at", nlohmann::json::object());
+      for (const nlohmann::json& c : j.value("comm", nlohmann::json::array())) {
+        const std::string key = fmt::format("{} {}", c.at("group").get<std::string>(),
+                                            c.at("collective").get<std::string>());
+        bandwidth[key][step].push_back(c.at("busbw").get<double>());
+      }
+    }
+    ranks.push_back(std::move(r));
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& [key, by_step] : bandwidth) {
+    nlohmann::json g = {
+        {"name", key}, {"steps", nlohmann::json::array()}, {"busbw_gbs", nlohmann::json::array()}};
+    for (const auto& [step, samples] : by_step) {
+      double sum = 0;
+      for (double v : samples) sum += v;
+      g["steps"].push_back(step);
+      g["busbw_gbs"].push_back(sum / double(samples.size()) / 1e9);
+    }
+    groups.push_back(std::move(g));
+  }
+  return {{"ranks", std::move(ranks)}, {"bandwidth", std::move(groups)}};
+}
+
+// The page's own script: one chart per canvas, the heatmap as a table.
+constexpr const char* kPageScript = R"JS(
+(function () {
+  const run = JSON.parse(document.getElementById('run-data').textContent);
+  const ranks = run.ranks;
+  const palette = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+                   '#7f7f7f', '#bcbd22', '#17becf'];
+  const color = (i) => palette[i % palette.length];
+  let charts = 0;
+  function line(id, datasets, y) {
+    new Chart(document.getElementById(id), {
+      type: 'line',
+      data: { datasets: datasets },
+      options: { animation: false, parsing: false, normalized: true, spanGaps: true,
+                 scales: { x: { type: 'linear', title: { display: true, text: 'step' } },
+                           y: Object.assign({ title: { display: true, text: y } }) } }
+    });
+    charts += 1;
+  }
+  const points = (xs, ys) => xs.map((x, i) => ({ x: x, y: ys[i] })).filter((p) => p.y !== null);
+  const first = ranks[0];
+  line('loss', [
+    { label: 'loss', data: points(first.steps, first.loss), borderColor: color(0), pointRadius: 0 },
+    { label: 'validation loss', data: points(first.steps, first.val_loss), borderColor: color(1),
+      showLine: true }], 'loss');
+  line('lr', [{ label: 'learning rate', data: points(first.steps, first.lr),
+                borderColor: color(2), pointRadius: 0 }], 'lr');
+  line('grad-norm', [{ label: 'grad norm (before clipping)', data: points(first.steps, first.grad_norm),
+                       borderColor: color(3), pointRadius: 0 }], 'norm');
+  line('throughput', [{ label: 'tokens/s', data: points(first.steps, first.tokens_per_s),
+                        borderColor: color(0), pointRadius: 0 }], 'tokens/s');
+  line('mfu', [{ label: 'MFU', data: points(first.steps, first.mfu.map((v) => v === null ? null : 100 * v)),
+                 borderColor: color(4), pointRadius: 0 }], '%');
+  const categories = Object.keys(first.memory);
+  new Chart(document.getElementById('memory'), {
+    type: 'bar',
+    data: { labels: ranks.map((r) => 'rank ' + r.rank),
+            datasets: categories.map((c, i) => ({ label: c, backgroundColor: color(i),
+              data: ranks.map((r) => (r.memory[c] || 0) / 1048576) })) },
+    options: { animation: false, scales: { x: { stacked: true },
+               y: { stacked: true, title: { display: true, text: 'MiB live at the last step' } } } }
+  });
+  charts += 1;
+  line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
+        data: points(r.steps, r.fragmentation.map((v) => 100 * v)), borderColor: color(i),
+        pointRadius: 0 })), '% of free bytes');
+  if (run.bandwidth.length > 0) {
+    line('bandwidth', run.bandwidth.map((g, i) => ({ label: g.name, data: points(g.steps, g.busbw_gbs),
+          borderColor: color(i), pointRadius: 0 })), 'bus bandwidth, GB/s');
+  } else {
+    document.getElementById('bandwidth-note').textContent = 'One rank: no collectives.';
+  }
+  // Heatmap: each rank's busy time over the median of the step, one cell per rank and step.
+  const table = document.getElementById('heatmap');
+  const steps = first.steps;
+  const stride = Math.max(1, Math.ceil(steps.length / 200));
+  let header = '<tr><th>rank</th>';
+  for (let s = 0; s < steps.length; s += stride) header += '<th title="step ' + steps[s] + '"></th>';
+  let body = header + '</tr>';
+  for (const r of ranks) {
+    body += '<tr><td>' + r.rank + '</td>';
+    for (let s = 0; s < steps.length; s += stride) {
+      const column = ranks.map((o) => o.busy_ms[s]).filter((v) => v !== undefined).sort((a, b) => a - b);
+      const median = column[Math.floor(column.length / 2)] || 1;
+      const ratio = (r.busy_ms[s] || 0) / median;
+      const heat = Math.min(1, Math.max(0, (ratio - 1) / 1.5));
+      const shade = 'rgb(255,' + Math.round(255 * (1 - heat)) + ',' + Math.round(255 * (1 - heat)) + ')';
+      body += '<td style="background:' + shade + '" title="rank ' + r.rank + ', step ' + steps[s] +
+              ': ' + (r.busy_ms[s] || 0).toFixed(1) + ' ms, ' + ratio.toFixed(2) + 'x the median"></td>';
+    }
+    body += '</tr>';
+  }
+  table.innerHTML = body;
+  document.body.dataset.charts = String(charts);
+})();
+)JS";
+
+}  // namespace
+
+std::string render_report(const RunMetrics& run, const ReportOptions& options) {
+  const std::string chart_js = read_file(options.chart_js);
+  const int64_t steps = run.records.empty() || run.records.front().empty()
+                            ? 0
+                            : run.records.front().back().at("step").get<int64_t>();
+  std::string html;
+  html += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  html += fmt::format("<title>lattice report: {}</title>\n", html_escape(options.title));
+  html += R"(<style>
+body { font-family: sans-serif; margin: 2em; max-width: 1100px; }
+section { margin-bottom: 2.5em; } canvas { max-height: 320px; }
+table.heatmap { border-collapse: collapse; } table.heatmap td { width: 4px; height: 14px; padding: 0; }
+table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px; }
+</style>
+)";
+  html += "<script>" + script_safe(chart_js) + "</script>\n";
+  html +=
+      "<script>window.addEventListener('error', (e) => { document.body.dataset.error = "
+      "String(e.message); });</script>\n";
+  html += "</head><body>\n";
+  html += fmt::format("<h1>lattice report</h1><p>{}: {} rank(s), {} steps.</p>\n",
+                      html_escape(options.title), run.records.size(), steps);
+  const struct {
+    const char* id;
+    const char* heading;
+  } sections[] = {{"loss", "Loss and validation loss"},
+                  {"lr", "Learning rate"},
+                  {"grad-norm", "Gradient norm"},
+                  {"throughput", "Tokens per second"},
+                  {"mfu", "Model FLOPs utilisation"},
+                  {"memory", "Memory per rank, by category"},
+                  {"fragmentation", "Fragmentation of each rank's free arena space"},
+                  {"bandwidth", "Bus bandwidth per group and collective"}};
+  for (const auto& s : sections) {
+    html += fmt::format("<section><h2>{}</h2><canvas id=\"{}\"></canvas>", s.heading, s.id);
+    if (std::string(s.id) == "bandwidth") html += "<p id=\"bandwidth-note\"></p>";
+    html += "</section>\n";
+  }
+  html +=
+      "<section><h2>Busy time per rank and step (stragglers)</h2><p>Each cell: the rank's "
+      "step without its waits, over the step's median across ranks; white at the median, "
+      "red at 2.5× and above.</p><table class=\"heatmap\" id=\"heatmap\"></table></section>\n";
+  html += "<script type=\"application/json\" id=\"run-data\">" +
+          script_safe(page_data(run).dump()) + "</script>\n";
+  html += std::string("<script>") + kPageScript + "</script>\n</body></html>\n";
+  return html;
+}
+
+}  // namespace lattice

@@ -1,0 +1,28 @@
+// `lattice report RUN_DIR`: one self-contained HTML page of a run's per-rank metrics
+// (run/rank_metrics.h), with Chart.js (Debian's libjs-chart.js) inlined so that it opens offline:
+// loss, validation loss, LR and grad norm; tokens/s and MFU; each rank's memory by category and
+// the arenas' fragmentation; each group's bus bandwidth per collective; and a heatmap of every
+// rank's busy time per step against the step's median (stragglers). docs/observability.md.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "run/rank_metrics.h"
+
+namespace lattice {
+
+// Where Debian's libjs-chart.js puts the UMD build (the global `Chart`).
+inline constexpr const char* kChartJsPath = "/usr/share/javascript/chart.js/chart.min.js";
+
+struct ReportOptions {
+  std::string title;                              // shown at the top; the run directory by default
+  std::filesystem::path chart_js = kChartJsPath;  // inlined whole
+};
+
+// The page. The script sets <body data-charts="N"> once it has drawn its N charts, or
+// data-error="..." when one failed (the tests read both from a headless browser). IoError
+// naming the file and `scripts/setup.sh` when Chart.js is not installed.
+std::string render_report(const RunMetrics& run, const ReportOptions& options);
+
+}  // namespace lattice

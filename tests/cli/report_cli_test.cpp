@@ -1,0 +1,46 @@
+// `lattice report` through the executable, rendered by headless Chromium offline: every chart
+// drawn, no script error, one heatmap row per rank.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/cli_run.h"
+#include "support/scratch_dir.h"
+#include "train/test_corpus.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 120;
+
+TEST(ReportCli, TheReportOfATwoRankRunRendersEveryChartInAHeadlessBrowser) {
+  const auto data = make_corpus_dir("report_cli", 8000, 2000);
+  const auto config = write_tiny_config(data, 6, "");
+  const auto out = scratch_dir("report_cli_out");
+  const CliResult trained = run_cli(train_args(config, out, {"--dp", "2"}), kLimitS);
+  ASSERT_EQ(trained.exit_code, 0) << trained.all();
+  const CliResult report = run_cli({LATTICE_EXECUTABLE, "report", out.string()}, kLimitS);
+  ASSERT_EQ(report.exit_code, 0) << report.all();
+  EXPECT_NE(report.out.find("report of 2 rank(s) written to"), std::string::npos) << report.out;
+  const std::string page = "file://" + (out / "report.html").string();
+  // No network: the page must draw from what it holds.
+  const CliResult dom =
+      run_cli({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--virtual-time-budget=10000", "--dump-dom", page},
+              kLimitS);
+  ASSERT_EQ(dom.exit_code, 0) << dom.all();
+  EXPECT_NE(dom.out.find("data-charts=\"8\""), std::string::npos) << dom.out.substr(0, 2000);
+  EXPECT_EQ(dom.out.find("data-error="), std::string::npos) << dom.out.substr(0, 2000);
+  const size_t table = dom.out.find("id=\"heatmap\">");
+  ASSERT_NE(table, std::string::npos);
+  const std::string heatmap = dom.out.substr(table, dom.out.find("</table>", table) - table);
+  size_t rows = 0;
+  for (size_t at = heatmap.find("<tr><td>"); at != std::string::npos;
+       at = heatmap.find("<tr><td>", at + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2u);  // one heatmap row per rank
+}
+
+}  // namespace
+}  // namespace lattice::testing
