@@ -14,3 +14,5 @@ cd "$root"
 # Two ranks need two cores (ranks x threads never exceed the cores); one core trains alone.
 dp=$(( $(nproc) >= 2 ? 2 : 1 ))
 "$build_dir/lattice" train configs/shakespeare-char.toml --dp "$dp" --metrics runs/shakespeare-char/metrics.jsonl "$@"
+echo "every rank's metrics of every step are in runs/shakespeare-char/metrics; one page of charts:"
+echo "  $build_dir/lattice report runs/shakespeare-char    # writes runs/shakespeare-char/report.html"

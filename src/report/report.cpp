@@ -58,11 +58,12 @@ std::string html_escape(const std::string& text) {
 }
 
 // What the page draws, small enough to embed: per rank its steps' series, per group and
-// collective the mean bus bandwidth of each step over the group's ranks.
+// collective the bus bandwidth of each step over the group's ranks (time-weighted).
 nlohmann::json page_data(const RunMetrics& run) {
   nlohmann::json ranks = nlohmann::json::array();
-  // (group, collective) -> step -> busbw samples
-  std::map<std::string, std::map<int64_t, std::vector<double>>> bandwidth;
+  // (group, collective) -> step -> (Σ busbw·seconds, Σ seconds) over the group's ranks and
+  // algorithms: the bus bandwidth of the step's calls, weighted by their time.
+  std::map<std::string, std::map<int64_t, std::pair<double, double>>> bandwidth;
   for (const std::vector<nlohmann::json>& records : run.records) {
     nlohmann::json r = {
         {"steps", nlohmann::json::array()},         {"loss", nlohmann::json::array()},
@@ -85,7 +86,10 @@ nlohmann::json page_data(const RunMetrics& run) {
       for (const nlohmann::json& c : j.value("comm", nlohmann::json::array())) {
         const std::string key = fmt::format("{} {}", c.at("group").get<std::string>(),
                                             c.at("collective").get<std::string>());
-        bandwidth[key][step].push_back(c.at("busbw").get<double>());
+        const double seconds = c.value("seconds", 1.0);
+        auto& [weighted, total] = bandwidth[key][step];
+        weighted += c.at("busbw").get<double>() * seconds;
+        total += seconds;
       }
     }
     ranks.push_back(std::move(r));
@@ -94,11 +98,9 @@ nlohmann::json page_data(const RunMetrics& run) {
   for (const auto& [key, by_step] : bandwidth) {
     nlohmann::json g = {
         {"name", key}, {"steps", nlohmann::json::array()}, {"busbw_gbs", nlohmann::json::array()}};
-    for (const auto& [step, samples] : by_step) {
-      double sum = 0;
-      for (double v : samples) sum += v;
+    for (const auto& [step, sums] : by_step) {
       g["steps"].push_back(step);
-      g["busbw_gbs"].push_back(sum / double(samples.size()) / 1e9);
+      g["busbw_gbs"].push_back(sums.second > 0 ? sums.first / sums.second / 1e9 : 0.0);
     }
     groups.push_back(std::move(g));
   }
@@ -113,16 +115,22 @@ constexpr const char* kPageScript = R"JS(
   const palette = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
                    '#7f7f7f', '#bcbd22', '#17becf'];
   const color = (i) => palette[i % palette.length];
-  let charts = 0;
+  // What each chart drew, written into the page (#drawn) for the tests to compare with the
+  // metrics: {id: [{label, data: [[x, y], ...] or [y, ...]}]}.
+  const drawn = {};
+  function register(id, chart) {
+    drawn[id] = chart.data.datasets.map((d) => ({
+      label: d.label, data: d.data.map((p) => (p !== null && typeof p === 'object') ? [p.x, p.y] : p) }));
+  }
   function line(id, datasets, y) {
-    new Chart(document.getElementById(id), {
+    const chart = new Chart(document.getElementById(id), {
       type: 'line',
       data: { datasets: datasets },
       options: { animation: false, parsing: false, normalized: true, spanGaps: true,
                  scales: { x: { type: 'linear', title: { display: true, text: 'step' } },
                            y: Object.assign({ title: { display: true, text: y } }) } }
     });
-    charts += 1;
+    register(id, chart);
   }
   const points = (xs, ys) => xs.map((x, i) => ({ x: x, y: ys[i] })).filter((p) => p.y !== null);
   const first = ranks[0];
@@ -139,7 +147,7 @@ constexpr const char* kPageScript = R"JS(
   line('mfu', [{ label: 'MFU', data: points(first.steps, first.mfu.map((v) => v === null ? null : 100 * v)),
                  borderColor: color(4), pointRadius: 0 }], '%');
   const categories = Object.keys(first.memory);
-  new Chart(document.getElementById('memory'), {
+  const memory = new Chart(document.getElementById('memory'), {
     type: 'bar',
     data: { labels: ranks.map((r) => 'rank ' + r.rank),
             datasets: categories.map((c, i) => ({ label: c, backgroundColor: color(i),
@@ -147,7 +155,7 @@ constexpr const char* kPageScript = R"JS(
     options: { animation: false, scales: { x: { stacked: true },
                y: { stacked: true, title: { display: true, text: 'MiB live at the last step' } } } }
   });
-  charts += 1;
+  register('memory', memory);
   line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
         data: points(r.steps, r.fragmentation.map((v) => 100 * v)), borderColor: color(i),
         pointRadius: 0 })), '% of free bytes');
@@ -178,7 +186,13 @@ constexpr const char* kPageScript = R"JS(
     body += '</tr>';
   }
   table.innerHTML = body;
+  document.getElementById('drawn').textContent = JSON.stringify(drawn);
+  // Charts drawn with data: every dataset of each holds at least one point.
+  const charts = Object.values(drawn).filter((sets) => sets.length > 0 &&
+      sets.every((d) => d.data.length > 0)).length;
   document.body.dataset.charts = String(charts);
+  // Everything the page shows it holds: the tests check that it fetched nothing.
+  document.body.dataset.resources = String(performance.getEntriesByType('resource').length);
 })();
 )JS";
 
@@ -226,6 +240,7 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
       "<section><h2>Busy time per rank and step (stragglers)</h2><p>Each cell: the rank's "
       "step without its waits, over the step's median across ranks; white at the median, "
       "red at 2.5× and above.</p><table class=\"heatmap\" id=\"heatmap\"></table></section>\n";
+  html += "<pre id=\"drawn\" hidden></pre>\n";
   html += "<script type=\"application/json\" id=\"run-data\">" +
           script_safe(page_data(run).dump()) + "</script>\n";
   html += std::string("<script>") + kPageScript + "</script>\n</body></html>\n";

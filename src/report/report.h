@@ -20,8 +20,10 @@ struct ReportOptions {
   std::filesystem::path chart_js = kChartJsPath;  // inlined whole
 };
 
-// The page. The script sets <body data-charts="N"> once it has drawn its N charts, or
-// data-error="..." when one failed (the tests read both from a headless browser). IoError
+// The page. The script sets <body data-charts="N" data-resources="R"> once it has drawn N
+// charts with data (R: what it fetched, 0), writes what each chart drew into <pre id="drawn">
+// (JSON: {chart: [{label, data}]}), or sets data-error="..." when a script failed (the tests
+// read all three from a headless browser). IoError
 // naming the file and `scripts/setup.sh` when Chart.js is not installed.
 std::string render_report(const RunMetrics& run, const ReportOptions& options);
 

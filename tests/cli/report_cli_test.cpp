@@ -1,10 +1,12 @@
 // `lattice report` through the executable, rendered by headless Chromium offline: every chart
-// drawn, no script error, one heatmap row per rank.
+// drawn with data equal to the metrics files, nothing fetched, no script or console error, one
+// heatmap row per rank.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "cli/cli_run.h"
+#include "run/rank_metrics.h"
 #include "support/scratch_dir.h"
 #include "train/test_corpus.h"
 
