@@ -17,6 +17,7 @@ struct ReportArgs {
   std::string run_dir;
   std::string out;
   std::string chart_js = kChartJsPath;
+  std::string trace;  // --trace DIR; default: the run's (run.json), when it traced
 };
 
 void run_report(const ReportArgs& args) {
@@ -24,7 +25,12 @@ void run_report(const ReportArgs& args) {
   const std::filesystem::path out = args.out.empty()
                                         ? std::filesystem::path(args.run_dir) / "report.html"
                                         : std::filesystem::path(args.out);
-  const std::string html = render_report(run, {.title = args.run_dir, .chart_js = args.chart_js});
+  std::filesystem::path trace = args.trace;
+  if (trace.empty() && !run.info.value("trace", std::string()).empty()) {
+    trace = run.info.at("trace").get<std::string>();
+  }
+  const std::string html =
+      render_report(run, {.title = args.run_dir, .chart_js = args.chart_js, .trace_dir = trace});
   write_file_atomically(out, html);
   fmt::print("report of {} rank(s) written to {} ({:.0f} KiB, opens offline)\n", run.records.size(),
              out.string(), double(html.size()) / 1024);
@@ -41,6 +47,9 @@ void register_report_command(CLI::App& app) {
   cmd->add_option("run_dir", args->run_dir, "The run's output.dir (its metrics/ directory)")
       ->required();
   cmd->add_option("--out", args->out, "The HTML file (default: RUN_DIR/report.html)");
+  cmd->add_option("--trace", args->trace,
+                  "The run's --trace directory: the pipeline timeline of its last step (default: "
+                  "the one the run recorded)");
   cmd->add_option("--chart-js", args->chart_js,
                   "Chart.js to inline (default: Debian's libjs-chart.js)");
   cmd->callback([args] { run_report(*args); });

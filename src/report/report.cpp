@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "spec/pipeline_schedule.h"
+#include "trace/chrome_trace.h"
+#include "trace/trace_summary.h"
 
 namespace lattice {
 
@@ -107,6 +111,50 @@ nlohmann::json page_data(const RunMetrics& run) {
   return {{"ranks", std::move(ranks)}, {"bandwidth", std::move(groups)}};
 }
 
+// The last step of every rank's trace: its events (ms from the step's start) by category, and
+// each rank's measured bubble next to the schedule's (a pipeline run, from run.json).
+nlohmann::json timeline_data(const std::filesystem::path& dir, const RunMetrics& run) {
+  nlohmann::json ranks = nlohmann::json::array();
+  const nlohmann::json& info = run.info;
+  const int pp = info.value("pp", 1);
+  const int per_stage = std::max(1, info.value("dp", 1) * info.value("tp", 1));
+  std::optional<BubbleFraction> theory;
+  if (pp > 1 && info.contains("schedule")) {
+    theory = bubble_fraction(
+        simulate(make_schedule(parse_schedule_kind(info.at("schedule").get<std::string>()), pp,
+                               info.value("micro_batches", 1), info.value("virtual_stages", 1))));
+  }
+  for (int rank = 0; rank < int(run.records.size()); ++rank) {
+    const std::filesystem::path file = dir / chrome_trace_file_name(rank);
+    if (!std::filesystem::exists(file)) continue;
+    const RankTrace trace = read_chrome_trace(file);
+    const std::vector<TraceWindow> windows = step_windows(trace.events);
+    if (windows.empty()) continue;
+    const TraceWindow step = windows.back();
+    nlohmann::json bars = nlohmann::json::array();
+    for (const TraceEvent& e : trace.events) {
+      if (e.category == TraceCategory::kStep || e.end_ns <= step.start_ns ||
+          e.start_ns >= step.end_ns) {
+        continue;
+      }
+      bars.push_back({std::string(trace_category_name(e.category)), e.name,
+                      double(std::max(e.start_ns, step.start_ns) - step.start_ns) / 1e6,
+                      double(std::min(e.end_ns, step.end_ns) - step.start_ns) / 1e6});
+    }
+    const RankTraceSummary summary = summarize_rank_trace(rank, trace.events, step);
+    const int stage = rank / per_stage;
+    nlohmann::json r = {{"rank", rank},
+                        {"stage", stage},
+                        {"step_ms", double(step.length_ns()) / 1e6},
+                        {"bubble", summary.bubble_fraction},
+                        {"bars", std::move(bars)}};
+    if (theory && stage < int(theory->per_rank.size()))
+      r["theory"] = theory->per_rank[size_t(stage)];
+    ranks.push_back(std::move(r));
+  }
+  return ranks;
+}
+
 // The page's own script: one chart per canvas, the heatmap as a table.
 constexpr const char* kPageScript = R"JS(
 (function () {
@@ -186,6 +234,31 @@ constexpr const char* kPageScript = R"JS(
     body += '</tr>';
   }
   table.innerHTML = body;
+  // The pipeline timeline of the last traced step: one row per rank, a bar per event.
+  if (run.timeline.length > 0) {
+    const kinds = [...new Set(run.timeline.flatMap((r) => r.bars.map((b) => b[0])))];
+    const timeline = new Chart(document.getElementById('timeline'), {
+      type: 'bar',
+      data: { labels: run.timeline.map((r) => 'rank ' + r.rank),
+              datasets: kinds.map((k, i) => ({ label: k, backgroundColor: color(i),
+                data: run.timeline.flatMap((r) => r.bars.filter((b) => b[0] === k)
+                  .map((b) => ({ x: [b[2], b[3]], y: 'rank ' + r.rank }))) })) },
+      options: { animation: false, indexAxis: 'y', grouped: false,
+                 scales: { x: { title: { display: true, text: 'ms from the step\'s start' } } } }
+    });
+    register('timeline', timeline);
+    let rows = '<tr><th>rank</th><th>stage</th><th>step, ms</th><th>bubble measured</th>' +
+               '<th>bubble of the schedule</th></tr>';
+    for (const r of run.timeline) {
+      rows += '<tr><td>' + r.rank + '</td><td>' + r.stage + '</td><td>' + r.step_ms.toFixed(1) +
+              '</td><td>' + (100 * r.bubble).toFixed(1) + '%</td><td>' +
+              (r.theory === undefined ? '-' : (100 * r.theory).toFixed(1) + '%') + '</td></tr>';
+    }
+    document.getElementById('bubbles').innerHTML = rows;
+  } else {
+    document.getElementById('timeline-note').textContent =
+        'No trace: lattice train --trace DIR records one, and lattice report --trace DIR draws it.';
+  }
   document.getElementById('drawn').textContent = JSON.stringify(drawn);
   // Charts drawn with data: every dataset of each holds at least one point.
   const charts = Object.values(drawn).filter((sets) => sets.length > 0 &&
@@ -237,12 +310,18 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
     html += "</section>\n";
   }
   html +=
+      "<section><h2>Pipeline timeline of the last traced step</h2><canvas id=\"timeline\">"
+      "</canvas><p id=\"timeline-note\"></p><table id=\"bubbles\"></table></section>\n";
+  html +=
       "<section><h2>Busy time per rank and step (stragglers)</h2><p>Each cell: the rank's "
       "step without its waits, over the step's median across ranks; white at the median, "
       "red at 2.5× and above.</p><table class=\"heatmap\" id=\"heatmap\"></table></section>\n";
   html += "<pre id=\"drawn\" hidden></pre>\n";
-  html += "<script type=\"application/json\" id=\"run-data\">" +
-          script_safe(page_data(run).dump()) + "</script>\n";
+  nlohmann::json data = page_data(run);
+  data["timeline"] =
+      options.trace_dir.empty() ? nlohmann::json::array() : timeline_data(options.trace_dir, run);
+  html += "<script type=\"application/json\" id=\"run-data\">" + script_safe(data.dump()) +
+          "</script>\n";
   html += std::string("<script>") + kPageScript + "</script>\n</body></html>\n";
   return html;
 }

@@ -1,8 +1,10 @@
 // `lattice report RUN_DIR`: one self-contained HTML page of a run's per-rank metrics
 // (run/rank_metrics.h), with Chart.js (Debian's libjs-chart.js) inlined so that it opens offline:
 // loss, validation loss, LR and grad norm; tokens/s and MFU; each rank's memory by category and
-// the arenas' fragmentation; each group's bus bandwidth per collective; and a heatmap of every
-// rank's busy time per step against the step's median (stragglers). docs/observability.md.
+// the arenas' fragmentation; each group's bus bandwidth per collective; a heatmap of every
+// rank's busy time per step against the step's median (stragglers); and with traces the
+// pipeline timeline of a step with each stage's bubble next to the schedule's.
+// docs/observability.md.
 #pragma once
 
 #include <filesystem>
@@ -16,8 +18,11 @@ namespace lattice {
 inline constexpr const char* kChartJsPath = "/usr/share/javascript/chart.js/chart.min.js";
 
 struct ReportOptions {
-  std::string title;                              // shown at the top; the run directory by default
+  std::string title;                              // shown at the top
   std::filesystem::path chart_js = kChartJsPath;  // inlined whole
+  // `lattice train --trace DIR`'s per-rank files: the timeline of the last traced step, each
+  // rank's measured bubble next to the schedule's (simulated with unit costs). Empty: none.
+  std::filesystem::path trace_dir = {};
 };
 
 // The page. The script sets <body data-charts="N" data-resources="R"> once it has drawn N

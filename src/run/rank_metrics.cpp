@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -24,6 +25,17 @@ nlohmann::json by_category(const std::array<size_t, kMemoryCategoryCount>& bytes
 
 std::filesystem::path rank_metrics_path(const std::filesystem::path& run_dir, int rank) {
   return run_dir / "metrics" / fmt::format("rank_{:05d}.jsonl", rank);
+}
+
+void write_run_info(const std::filesystem::path& run_dir, const nlohmann::json& info) {
+  std::filesystem::create_directories(run_dir / "metrics");
+  write_file_atomically(run_dir / "metrics" / "run.json", info.dump(2) + "\n");
+}
+
+nlohmann::json read_run_info(const std::filesystem::path& run_dir) {
+  std::ifstream in(run_dir / "metrics" / "run.json");
+  const nlohmann::json info = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return info.is_object() ? info : nlohmann::json::object();
 }
 
 RunMetrics read_run_metrics(const std::filesystem::path& run_dir) {
@@ -50,6 +62,7 @@ RunMetrics read_run_metrics(const std::filesystem::path& run_dir) {
       if (j.is_object() && j.contains("step")) records.push_back(std::move(j));
     }
   }
+  run.info = read_run_info(run_dir);
   return run;
 }
 

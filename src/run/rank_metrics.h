@@ -23,11 +23,17 @@ namespace lattice {
 // The file of world rank `rank` under a run directory.
 std::filesystem::path rank_metrics_path(const std::filesystem::path& run_dir, int rank);
 
+// <run_dir>/metrics/run.json: what the records belong to (model, steps, the layout, where the
+// traces went), written once by world rank 0; read_run_info returns {} where there is none.
+void write_run_info(const std::filesystem::path& run_dir, const nlohmann::json& info);
+nlohmann::json read_run_info(const std::filesystem::path& run_dir);
+
 // A run directory's records read back: records[rank] holds that rank's records in step order
 // (a torn last line, of a run killed while writing, is skipped). IoError naming the directory
 // and the fix when it holds no metrics.
 struct RunMetrics {
   std::vector<std::vector<nlohmann::json>> records;
+  nlohmann::json info = nlohmann::json::object();  // run.json
 };
 RunMetrics read_run_metrics(const std::filesystem::path& run_dir);
 

@@ -310,9 +310,21 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   }
   std::optional<MetricsLog> metrics;
   if (lead && !args.metrics.empty()) metrics.emplace(args.metrics, trainer.step());
-  // Every rank's own record of every step, beside the run's checkpoints.
+  // Every rank's own record of every step, beside the run's checkpoints, and the layout they
+  // belong to (lattice report draws the pipeline's theory from it).
   std::optional<RankMetrics> rank_metrics;
   if (!config.out_dir.empty()) {
+    if (lead) {
+      write_run_info(config.out_dir, {{"model", config.model.name},
+                                      {"steps", config.steps},
+                                      {"dp", layout.dp},
+                                      {"tp", layout.tp},
+                                      {"pp", layout.pp},
+                                      {"schedule", schedule_kind_name(layout.schedule)},
+                                      {"virtual_stages", layout.pp > 1 ? layout.virtual_stages : 1},
+                                      {"micro_batches", config.micro_batches},
+                                      {"trace", args.trace}});
+    }
     rank_metrics.emplace(config.out_dir, mesh, arena, trainer.step(),
                          layout.comm_profile.empty()
                              ? CostProfile{}
