@@ -221,14 +221,16 @@ int run_plan_validate(const PlanValidateArgs& args) {
       config.data_dir = data.string();
       config.micro_batch = layout.micro_batch;
       config.micro_batches = plan::micro_batches(layout, base.global_batch);
-      LayoutRunResult run = run_layout(config, {.dp = int(layout.dp),
-                                                .tp = int(layout.tp),
-                                                .sequence_parallel = layout.sequence_parallel,
-                                                .zero = layout.zero,
-                                                .pp = int(layout.pp),
-                                                .schedule = layout.schedule,
-                                                .virtual_stages = int(layout.virtual_stages),
-                                                .recompute = layout.recompute,
+      ParallelConfig runtime;
+      runtime.dp = int(layout.dp);
+      runtime.tp = int(layout.tp);
+      runtime.sequence_parallel = layout.sequence_parallel;
+      runtime.zero = layout.zero;
+      runtime.pp = int(layout.pp);
+      runtime.schedule = layout.schedule;
+      runtime.virtual_stages = int(layout.virtual_stages);
+      runtime.recompute = layout.recompute;
+      LayoutRunResult run = run_layout(config, {.layout = runtime,
                                                 .threads = args.threads,
                                                 .warmup_steps = args.warmup,
                                                 .steps = args.steps});

@@ -11,18 +11,9 @@ namespace lattice::doctor {
 namespace {
 
 LayoutRunOptions layout_options(const ParallelConfig& p, const ProbeOptions& options) {
-  return {.dp = p.dp,
-          .tp = p.tp,
-          .sequence_parallel = p.sequence_parallel,
-          .zero = p.zero,
-          .pp = p.pp,
-          .schedule = p.schedule,
-          .virtual_stages = p.pp > 1 ? p.virtual_stages : 1,
-          .recompute = p.recompute,
-          .threads = 1,
-          .warmup_steps = 0,
-          .steps = options.steps,
-          .bucket_bytes = int64_t(p.bucket_mb * (1 << 20))};
+  ParallelConfig layout = p;
+  if (layout.pp == 1) layout.virtual_stages = 1;
+  return {.layout = layout, .threads = 1, .warmup_steps = 0, .steps = options.steps};
 }
 
 }  // namespace
@@ -65,14 +56,15 @@ ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
   const int64_t store_bytes =
       4 * ParameterRegistry(slice.model, {slice.parallel.tp, 0, slice.parallel.sequence_parallel})
               .total_elements();
-  layout.bucket_bytes = std::min(layout.bucket_bytes, std::max<int64_t>(store_bytes / 4, 4096));
+  layout.layout.bucket_mb = std::min(layout.layout.bucket_mb,
+                                     double(std::max<int64_t>(store_bytes / 4, 4096)) / (1 << 20));
   layout.data = data;
   layout.after_step = options.after_layout_step;
   result.layout = run_layout(slice, layout);
 
   if (slice.parallel.recompute != Recompute::kNone) {
     LayoutRunOptions toggled = layout;
-    toggled.recompute = Recompute::kNone;
+    toggled.layout.recompute = Recompute::kNone;
     toggled.after_step = options.after_toggled_step;
     result.without_recompute = run_layout(slice, toggled);
   }

@@ -57,9 +57,10 @@ void hash_held_state(Trainer& trainer, RankRun& run) {
 }  // namespace
 
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options) {
-  const MeshShape shape{.pp = options.pp, .dp = options.dp, .tp = options.tp};
-  if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.threads < 1 ||
-      options.steps < 0 || options.warmup_steps < 0) {
+  const ParallelConfig& layout = options.layout;
+  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
+  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || options.threads < 1 || options.steps < 0 ||
+      options.warmup_steps < 0) {
     LATTICE_THROW(ConfigError,
                   "layout {} with {} thread(s), {} + {} steps ---> HINT: sizes and threads must "
                   "be at least 1, step counts at least 0",
@@ -72,17 +73,8 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
   launch_ranks(TransportKind::kThreads, shape.world_size(), [&](Communicator& comm) {
     DeviceMesh mesh(comm, shape);
     Arena arena(fmt::format("rank{}", comm.rank()));
-    const ParallelSetup setup{.dp = &mesh.dp(),
-                              .zero = options.zero,
-                              .bucket_bytes = options.bucket_bytes,
-                              .threads = options.threads,
-                              .tp = &mesh.tp(),
-                              .sequence_parallel = options.sequence_parallel,
-                              .pp = &mesh.pp(),
-                              .embedding = mesh.embedding(),
-                              .schedule = options.schedule,
-                              .virtual_stages = options.virtual_stages,
-                              .recompute = options.recompute};
+    ParallelSetup setup = parallel_setup(layout, mesh);
+    setup.threads = options.threads;
     std::optional<Trainer> built;
     if (options.data) {
       built.emplace(config, arena, setup, *options.data);

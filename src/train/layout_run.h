@@ -35,20 +35,12 @@ struct LayoutRunRank {
 };
 
 struct LayoutRunOptions {
-  int dp = 1;
-  int tp = 1;
-  bool sequence_parallel = false;
-  int zero = 0;  // ZeRO stage over dp (ParallelSetup::zero)
-  // Pipeline (docs/pipeline-parallel.md): stages, schedule, model chunks per stage; the step's
-  // micro-batches are the config's (TrainConfig::micro_batches).
-  int pp = 1;
-  ScheduleKind schedule = ScheduleKind::kOneFOneB;
-  int virtual_stages = 1;
-  Recompute recompute = Recompute::kNone;
+  // The layout, as lattice train reads it (dp, tp, sp, ZeRO, pp, schedule, chunks, recompute,
+  // buckets); the step's micro-batches are the config's (TrainConfig::micro_batches).
+  ParallelConfig layout;
   int threads = 1;  // per rank (the caller keeps ranks × threads within the cores, DESIGN.md 7)
-  int warmup_steps = 1;            // untimed steps first (page faults, oneDNN primitive caches)
-  int steps = 3;                   // timed steps; 0: build the Trainer only
-  int64_t bucket_bytes = 1 << 20;  // data-parallel gradient bucket (f32 bytes)
+  int warmup_steps = 1;  // untimed steps first (page faults, oneDNN primitive caches)
+  int steps = 3;         // timed steps; 0: build the Trainer only
   // Tokens in memory (probes); empty: the config's data_dir.
   std::optional<TrainingData> data = {};
   // Called on every rank after each of its steps (warm-up included), before the last one's

@@ -99,6 +99,20 @@ struct PlannedRun {
   LayoutRunResult run;
 };
 
+// The runtime's layout of a planner layout (as lattice plan --validate runs it).
+ParallelConfig runtime_layout(const Layout& layout) {
+  ParallelConfig p;
+  p.dp = int(layout.dp);
+  p.tp = int(layout.tp);
+  p.sequence_parallel = layout.sequence_parallel;
+  p.zero = layout.zero;
+  p.pp = int(layout.pp);
+  p.schedule = layout.schedule;
+  p.virtual_stages = int(layout.virtual_stages);
+  p.recompute = layout.recompute;
+  return p;
+}
+
 PlannedRun plan_and_run(const Case& c, const std::string& corpus_prefix, int steps) {
   PlannedRun out;
   out.layout = parse_validation_layout(c.layout);
@@ -115,13 +129,13 @@ PlannedRun plan_and_run(const Case& c, const std::string& corpus_prefix, int ste
   config.micro_batches = 1;
   config.seq_len = config.model.seq_len;
   config.compute_dtype = out.bf16 ? DType::kBF16 : DType::kF32;
-  out.run = run_layout(config, {.dp = int(out.layout.dp),
-                                .tp = int(out.layout.tp),
-                                .sequence_parallel = out.layout.sequence_parallel,
-                                .zero = out.layout.zero,
-                                .threads = 1,
-                                .warmup_steps = 0,
-                                .steps = steps});
+  ParallelConfig runtime;  // dp, tp, sp and ZeRO of the planner's layout; no pipeline
+  runtime.dp = int(out.layout.dp);
+  runtime.tp = int(out.layout.tp);
+  runtime.sequence_parallel = out.layout.sequence_parallel;
+  runtime.zero = out.layout.zero;
+  out.run =
+      run_layout(config, {.layout = runtime, .threads = 1, .warmup_steps = 0, .steps = steps});
   return out;
 }
 
@@ -231,26 +245,6 @@ std::string stage_case_name(const ::testing::TestParamInfo<StageCase>& info) {
   return name;
 }
 
-ScheduleKind runtime_schedule(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kGpipe:
-      return ScheduleKind::kGpipe;
-    case Schedule::kInterleaved1F1B:
-      return ScheduleKind::kInterleaved1F1B;
-    case Schedule::kZeroBubbleH1:
-      return ScheduleKind::kZeroBubbleH1;
-    case Schedule::kOneFOneB:
-      break;
-  }
-  return ScheduleKind::kOneFOneB;
-}
-
-lattice::Recompute runtime_recompute(Recompute recompute) {
-  return recompute == Recompute::kFull        ? lattice::Recompute::kFull
-         : recompute == Recompute::kSelective ? lattice::Recompute::kSelective
-                                              : lattice::Recompute::kNone;
-}
-
 constexpr int64_t kStageLayers = 4;
 
 class StagesMatchTheArena : public ::testing::TestWithParam<StageCase> {};
@@ -275,17 +269,8 @@ TEST_P(StagesMatchTheArena, EveryStagesPredictedBytesEqualItsArena) {
   config.micro_batch = layout.micro_batch;
   config.seq_len = config.model.seq_len;
   config.compute_dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const LayoutRunResult run = run_layout(config, {.dp = int(layout.dp),
-                                                  .tp = int(layout.tp),
-                                                  .sequence_parallel = layout.sequence_parallel,
-                                                  .zero = layout.zero,
-                                                  .pp = int(layout.pp),
-                                                  .schedule = runtime_schedule(layout.schedule),
-                                                  .virtual_stages = int(layout.virtual_stages),
-                                                  .recompute = runtime_recompute(layout.recompute),
-                                                  .threads = 1,
-                                                  .warmup_steps = 0,
-                                                  .steps = 1});
+  const LayoutRunResult run = run_layout(
+      config, {.layout = runtime_layout(layout), .threads = 1, .warmup_steps = 0, .steps = 1});
   ASSERT_TRUE(std::isfinite(run.losses.at(0)));
   const double parameter_bytes = bf16 ? 4.0 + 2.0 : 4.0;
   double predicted_peak = 0, measured_peak = 0;
@@ -433,11 +418,11 @@ TEST(StageLayouts, RejectedWithTheReason) {
   config.micro_batches = 4;
   config.micro_batch = 1;
   config.seq_len = config.model.seq_len;
-  EXPECT_THROW(run_layout(config, {.pp = 2,
-                                   .schedule = ScheduleKind::kZeroBubbleH1,
-                                   .recompute = lattice::Recompute::kSelective,
-                                   .steps = 0}),
-               ConfigError);
+  ParallelConfig zero_bubble_recompute;
+  zero_bubble_recompute.pp = 2;
+  zero_bubble_recompute.schedule = ScheduleKind::kZeroBubbleH1;
+  zero_bubble_recompute.recompute = lattice::Recompute::kSelective;
+  EXPECT_THROW(run_layout(config, {.layout = zero_bubble_recompute, .steps = 0}), ConfigError);
   // Lattice's ZeRO-2/3 run without a pipeline only (the trainer refuses the pair as well).
   Layout zero_pipeline = parse_validation_layout("pp2+dp2+zero2+mb1");
   TrainingSetup zero_setup = setup_for(zero_pipeline);
