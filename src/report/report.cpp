@@ -74,7 +74,8 @@ nlohmann::json page_data(const RunMetrics& run) {
         {"val_loss", nlohmann::json::array()},      {"lr", nlohmann::json::array()},
         {"grad_norm", nlohmann::json::array()},     {"tokens_per_s", nlohmann::json::array()},
         {"mfu", nlohmann::json::array()},           {"busy_ms", nlohmann::json::array()},
-        {"fragmentation", nlohmann::json::array()}, {"memory", nlohmann::json::object()}};
+        {"fragmentation", nlohmann::json::array()}, {"memory", nlohmann::json::object()},
+        {"memory_steps", nlohmann::json::object()}};
     for (const nlohmann::json& j : records) {
       const int64_t step = j.at("step").get<int64_t>();
       r["steps"].push_back(step);
@@ -85,6 +86,9 @@ nlohmann::json page_data(const RunMetrics& run) {
       r["busy_ms"].push_back(j.at("parts").value("busy_ms", j.value("ms", 0.0)));
       r["fragmentation"].push_back(j.at("memory").value("fragmentation", 0.0));
       r["memory"] = j.at("memory").value("live", nlohmann::json::object());  // the last step's
+      for (const auto& [category, bytes] : r["memory"].items()) {
+        r["memory_steps"][category].push_back(bytes.get<double>() / 1048576);  // MiB, every step
+      }
       r["rank"] = j.value("rank", 0);
       r["at"] = j.value("at", nlohmann::json::object());
       for (const nlohmann::json& c : j.value("comm", nlohmann::json::array())) {
@@ -204,6 +208,18 @@ constexpr const char* kPageScript = R"JS(
                y: { stacked: true, title: { display: true, text: 'MiB live at the last step' } } } }
   });
   register('memory', memory);
+  // Rank 0's live memory over the steps, stacked by category.
+  const steps0 = first.steps;
+  const overSteps = new Chart(document.getElementById('memory-steps'), {
+    type: 'line',
+    data: { datasets: Object.keys(first.memory_steps).map((c, i) => ({ label: c, fill: true,
+              backgroundColor: color(i), borderColor: color(i), pointRadius: 0,
+              data: points(steps0, first.memory_steps[c]) })) },
+    options: { animation: false, parsing: false, normalized: true,
+               scales: { x: { type: 'linear', title: { display: true, text: 'step' } },
+                         y: { stacked: true, title: { display: true, text: 'MiB live, rank 0' } } } }
+  });
+  register('memory-steps', overSteps);
   line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
         data: points(r.steps, r.fragmentation.map((v) => 100 * v)), borderColor: color(i),
         pointRadius: 0 })), '% of free bytes');
@@ -302,6 +318,7 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
                   {"throughput", "Tokens per second"},
                   {"mfu", "Model FLOPs utilisation"},
                   {"memory", "Memory per rank, by category"},
+                  {"memory-steps", "Memory of rank 0 over the steps, by category"},
                   {"fragmentation", "Fragmentation of each rank's free arena space"},
                   {"bandwidth", "Bus bandwidth per group and collective"}};
   for (const auto& s : sections) {

@@ -33,7 +33,7 @@ TEST(ReportCli, TheReportOfATwoRankRunRendersEveryChartInAHeadlessBrowser) {
                "--virtual-time-budget=10000", "--dump-dom", page},
               kLimitS);
   ASSERT_EQ(dom.exit_code, 0) << dom.all();
-  EXPECT_NE(dom.out.find("data-charts=\"8\""), std::string::npos) << dom.out.substr(0, 2000);
+  EXPECT_NE(dom.out.find("data-charts=\"9\""), std::string::npos) << dom.out.substr(0, 2000);
   EXPECT_EQ(dom.out.find("data-error="), std::string::npos) << dom.out.substr(0, 2000);
   const size_t table = dom.out.find("id=\"heatmap\">");
   ASSERT_NE(table, std::string::npos);
@@ -78,7 +78,7 @@ TEST(ReportCli, ATracedPipelineRunShowsEachStagesBubbleNextToTheSchedules) {
        "--virtual-time-budget=10000", "--dump-dom", "file://" + (out / "report.html").string()},
       kLimitS);
   ASSERT_EQ(dom.exit_code, 0) << dom.all();
-  EXPECT_NE(dom.out.find("data-charts=\"9\""), std::string::npos) << dom.out.substr(0, 2000);
+  EXPECT_NE(dom.out.find("data-charts=\"10\""), std::string::npos) << dom.out.substr(0, 2000);
   EXPECT_EQ(dom.out.find("data-error="), std::string::npos) << dom.out.substr(0, 2000);
   EXPECT_NE(dom.out.find("<td>20.0%</td>"), std::string::npos);  // the schedule's column
 }
