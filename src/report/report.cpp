@@ -217,7 +217,8 @@ constexpr const char* kPageScript = R"JS(
               data: points(steps0, first.memory_steps[c]) })) },
     options: { animation: false, parsing: false, normalized: true,
                scales: { x: { type: 'linear', title: { display: true, text: 'step' } },
-                         y: { stacked: true, title: { display: true, text: 'MiB live, rank 0' } } } }
+                         y: { stacked: true, beginAtZero: true,
+                              title: { display: true, text: 'MiB live, rank 0' } } } }
   });
   register('memory-steps', overSteps);
   line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
