@@ -19,6 +19,7 @@
 #include "core/philox.h"
 #include "core/thread_budget.h"
 #include "data/token_file.h"
+#include "forecast/forecast.h"
 #include "plan/cluster_profile.h"
 #include "plan/evaluation.h"
 #include "plan/validation.h"
@@ -118,29 +119,6 @@ plan::MeasuredRun measured_run(const RankRun& rank, double step_seconds) {
 
 }  // namespace
 
-plan::ModelSpec plan_model_spec(const ModelConfig& c, int64_t tp) {
-  plan::ModelSpec spec;
-  spec.name = c.name;
-  spec.n_layers = c.n_layer;
-  spec.n_heads = c.n_head;
-  spec.n_kv_heads = c.n_kv_head;
-  spec.d_model = c.d_model;
-  spec.d_ff = c.d_ff;
-  spec.vocab_size = c.vocab_size;
-  spec.padded_vocab_size = (c.vocab_size + tp - 1) / tp * tp;
-  spec.max_seq_len = c.seq_len;
-  spec.norm =
-      c.norm == NormKind::kLayerNorm ? plan::NormKind::kLayerNorm : plan::NormKind::kRmsNorm;
-  spec.position = c.position == PositionKind::kLearned ? plan::PositionKind::kLearned
-                                                       : plan::PositionKind::kRope;
-  spec.mlp = c.mlp == MlpKind::kGelu ? plan::MlpKind::kGelu : plan::MlpKind::kSwiglu;
-  spec.biases = c.bias;
-  spec.tied_embeddings = c.tied_embeddings;
-  spec.fused_qkv = c.family == ModelFamily::kGpt2;
-  plan::validate(spec);
-  return spec;
-}
-
 int run_plan_validate(const PlanValidateArgs& args) {
   const TrainConfig base = validation_config(args);
   const ResolvedCluster cluster = resolve_validation_cluster(args.cluster);
@@ -193,17 +171,7 @@ int run_plan_validate(const PlanValidateArgs& args) {
                     "---> HINT: use a multiple of dp x micro-batches = {}",
                     base.global_batch, layout.dp, text, layout.dp * m);
     }
-    plan::TrainingSetup setup;
-    setup.model = plan_model_spec(base.model, layout.tp);
-    setup.cluster = cluster.spec;
-    setup.devices = layout.devices();
-    setup.global_batch = base.global_batch;
-    setup.seq_len = base.seq_len;
-    setup.precision =
-        base.compute_dtype == DType::kBF16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
-    setup.fp32_gradients = true;
-    setup.runtime = plan::Runtime::kLattice;
-    plan::validate(setup);
+    const plan::TrainingSetup setup = plan_setup(base, layout, cluster.spec);
     if (auto rejection = plan::check_layout(setup, layout)) {
       LATTICE_THROW(ConfigError, "the planner rejects layout {}: {}", text, rejection->message);
     }
@@ -221,16 +189,7 @@ int run_plan_validate(const PlanValidateArgs& args) {
       config.data_dir = data.string();
       config.micro_batch = layout.micro_batch;
       config.micro_batches = plan::micro_batches(layout, base.global_batch);
-      ParallelConfig runtime;
-      runtime.dp = int(layout.dp);
-      runtime.tp = int(layout.tp);
-      runtime.sequence_parallel = layout.sequence_parallel;
-      runtime.zero = layout.zero;
-      runtime.pp = int(layout.pp);
-      runtime.schedule = layout.schedule;
-      runtime.virtual_stages = int(layout.virtual_stages);
-      runtime.recompute = layout.recompute;
-      LayoutRunResult run = run_layout(config, {.layout = runtime,
+      LayoutRunResult run = run_layout(config, {.layout = runtime_layout(layout),
                                                 .threads = args.threads,
                                                 .warmup_steps = args.warmup,
                                                 .steps = args.steps});

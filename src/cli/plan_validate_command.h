@@ -5,9 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "plan/model_spec.h"
-
 namespace lattice::cli {
 
 struct PlanValidateArgs {
@@ -36,10 +33,6 @@ struct PlanValidateArgs {
   double time_factor = 1.15;  // issue 9's target: step time within 15%
   bool json = false;
 };
-
-// The planner's description of a trainer model config (plan/ cannot see model/): the trainer
-// stores the vocabulary unpadded on one rank and padded to a multiple of tp on tp ranks.
-plan::ModelSpec plan_model_spec(const ModelConfig& config, int64_t tp);
 
 // Runs the layouts, prints the table (or JSON); throws when a layout cannot run. Returns the
 // number of flagged rows.

@@ -22,6 +22,7 @@
 #include "doctor/doctor.h"
 #include "elastic/elastic_rank.h"
 #include "elastic/rank_session.h"
+#include "forecast/forecast.h"
 #include "model/parameters.h"
 #include "parallel/device_mesh.h"
 #include "run/training_run.h"
@@ -39,6 +40,7 @@ struct TrainArgs {
   bool ckpt_async = false;     // --ckpt-async (output.checkpoint_async)
   bool oversubscribe = false;  // more in-process ranks than cores: one thread each
   bool preflight = false;      // the doctor's static checks first (lattice doctor --no-probe)
+  std::string plan;            // --plan CLUSTER: the planner's forecast into metrics/run.json
 };
 
 // An agent that went on with fewer ranks (lattice launch --min-ranks) runs the command as it
@@ -79,6 +81,16 @@ void run_preflight(const TrainConfig& config, const TrainArgs& args) {
                   "preflight: {} check(s) failed ({}) ---> HINT: each one's fix is printed above",
                   failed.size(), fmt::join(failed, ", "));
   }
+}
+
+// `--plan CLUSTER`: the run's options with the planner's forecast of `config` (each generation
+// of an elastic run is forecast on its own layout).
+RunOptions with_forecast(const RunOptions& run, const TrainConfig& config,
+                         const std::optional<plan::ClusterSpec>& cluster,
+                         const std::string& source) {
+  RunOptions out = run;
+  if (cluster) out.plan = forecast_run(config, *cluster, source);
+  return out;
 }
 
 MeshShape mesh_shape(const ParallelConfig& layout) {
@@ -125,6 +137,16 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   if (!layout.comm_profile.empty()) {
     comm_config.profile = CostProfile::load(layout.comm_profile, transport);
   }
+  std::optional<plan::ClusterSpec> plan_cluster;
+  if (!args.plan.empty()) {
+    if (config.out_dir.empty()) {
+      LATTICE_THROW(ConfigError,
+                    "--plan {}: the forecast is kept in output.dir/metrics/run.json for lattice "
+                    "report, and the config sets no output.dir ---> HINT: --set output.dir=DIR",
+                    args.plan);
+    }
+    plan_cluster = plan::resolve_cluster(args.plan);
+  }
   install_stop_request_handlers();  // SIGTERM: finish the step, checkpoint, exit 0
   RunOptions run = args.run;
   run.trace_origin = TraceClock::now();  // shared by this process's ranks
@@ -138,7 +160,9 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
           try {
             const TrainConfig generation_config = refit_to_shrunk_world(config, assignment);
             DeviceMesh mesh(comm, mesh_shape(generation_config.parallel));
-            run_training(generation_config, run, mesh, &session);
+            run_training(generation_config,
+                         with_forecast(run, generation_config, plan_cluster, args.plan), mesh,
+                         &session);
           } catch (const std::exception& e) {
             session.record_error(e.what());
             throw;
@@ -155,7 +179,8 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
         if (transport != TransportKind::kThreads) session.emplace(comm.rank(), config.elastic);
         try {
           DeviceMesh mesh(comm, shape);
-          run_training(config, run, mesh, session ? &*session : nullptr);
+          run_training(config, with_forecast(run, config, plan_cluster, args.plan), mesh,
+                       session ? &*session : nullptr);
         } catch (const std::exception& e) {
           if (session) session->record_error(e.what());
           throw;
@@ -194,6 +219,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--ckpt-async", args->ckpt_async,
                 "Periodic checkpoints: snapshot in memory, write on a background thread while "
                 "training continues (output.checkpoint_async)");
+  cmd->add_option("--plan", args->plan,
+                  "Forecast the run with the planner on this cluster (a preset or a profile "
+                  "from lattice bench calibrate) into output.dir/metrics/run.json: lattice report "
+                  "draws its memory and step time next to the measured");
   cmd->add_option("--trace", args->run.trace,
                   "Write one Chrome/Perfetto trace per rank into this directory");
   cmd->callback([args, cmd] { run_train(*args, *cmd); });

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/statistics.h"
 #include "spec/pipeline_schedule.h"
 #include "trace/chrome_trace.h"
 #include "trace/trace_summary.h"
@@ -65,9 +66,14 @@ std::string html_escape(const std::string& text) {
 // collective the bus bandwidth of each step over the group's ranks (time-weighted).
 nlohmann::json page_data(const RunMetrics& run) {
   nlohmann::json ranks = nlohmann::json::array();
-  // (group, collective) -> step -> (Σ busbw·seconds, Σ seconds) over the group's ranks and
-  // algorithms: the bus bandwidth of the step's calls, weighted by their time.
-  std::map<std::string, std::map<int64_t, std::pair<double, double>>> bandwidth;
+  // (group, collective) -> step -> sums over the group's ranks and algorithms: the bus
+  // bandwidth of the step's calls weighted by their time, and with a calibrated profile the
+  // profile's speed for the same calls (busbw ÷ profile_share) weighted alike.
+  struct BandwidthSums {
+    double busbw_seconds = 0, seconds = 0;
+    double profile_seconds = 0, profiled = 0;
+  };
+  std::map<std::string, std::map<int64_t, BandwidthSums>> bandwidth;
   for (const std::vector<nlohmann::json>& records : run.records) {
     nlohmann::json r = {
         {"steps", nlohmann::json::array()},         {"loss", nlohmann::json::array()},
@@ -75,7 +81,7 @@ nlohmann::json page_data(const RunMetrics& run) {
         {"grad_norm", nlohmann::json::array()},     {"tokens_per_s", nlohmann::json::array()},
         {"mfu", nlohmann::json::array()},           {"busy_ms", nlohmann::json::array()},
         {"fragmentation", nlohmann::json::array()}, {"memory", nlohmann::json::object()},
-        {"memory_steps", nlohmann::json::object()}};
+        {"memory_steps", nlohmann::json::object()}, {"live_mib", nlohmann::json::array()}};
     for (const nlohmann::json& j : records) {
       const int64_t step = j.at("step").get<int64_t>();
       r["steps"].push_back(step);
@@ -85,6 +91,7 @@ nlohmann::json page_data(const RunMetrics& run) {
       r["val_loss"].push_back(j.value("val_loss", nlohmann::json()));
       r["busy_ms"].push_back(j.at("parts").value("busy_ms", j.value("ms", 0.0)));
       r["fragmentation"].push_back(j.at("memory").value("fragmentation", 0.0));
+      r["live_mib"].push_back(j.at("memory").value("live_bytes", 0.0) / 1048576);
       r["memory"] = j.at("memory").value("live", nlohmann::json::object());  // the last step's
       for (const auto& [category, bytes] : r["memory"].items()) {
         r["memory_steps"][category].push_back(bytes.get<double>() / 1048576);  // MiB, every step
@@ -95,24 +102,105 @@ nlohmann::json page_data(const RunMetrics& run) {
         const std::string key = fmt::format("{} {}", c.at("group").get<std::string>(),
                                             c.at("collective").get<std::string>());
         const double seconds = c.value("seconds", 1.0);
-        auto& [weighted, total] = bandwidth[key][step];
-        weighted += c.at("busbw").get<double>() * seconds;
-        total += seconds;
+        const double busbw = c.at("busbw").get<double>();
+        BandwidthSums& sums = bandwidth[key][step];
+        sums.busbw_seconds += busbw * seconds;
+        sums.seconds += seconds;
+        const double share = c.value("profile_share", 0.0);
+        if (share > 0) {
+          sums.profile_seconds += busbw / share * seconds;
+          sums.profiled += seconds;
+        }
       }
     }
     ranks.push_back(std::move(r));
   }
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& [key, by_step] : bandwidth) {
-    nlohmann::json g = {
-        {"name", key}, {"steps", nlohmann::json::array()}, {"busbw_gbs", nlohmann::json::array()}};
+    nlohmann::json g = {{"name", key},
+                        {"steps", nlohmann::json::array()},
+                        {"busbw_gbs", nlohmann::json::array()},
+                        {"profile_gbs", nlohmann::json::array()}};
+    bool profiled = false;
     for (const auto& [step, sums] : by_step) {
       g["steps"].push_back(step);
-      g["busbw_gbs"].push_back(sums.second > 0 ? sums.first / sums.second / 1e9 : 0.0);
+      g["busbw_gbs"].push_back(sums.seconds > 0 ? sums.busbw_seconds / sums.seconds / 1e9 : 0.0);
+      g["profile_gbs"].push_back(sums.profiled > 0
+                                     ? nlohmann::json(sums.profile_seconds / sums.profiled / 1e9)
+                                     : nlohmann::json());
+      profiled = profiled || sums.profiled > 0;
     }
+    if (!profiled) g.erase("profile_gbs");
     groups.push_back(std::move(g));
   }
   return {{"ranks", std::move(ranks)}, {"bandwidth", std::move(groups)}};
+}
+
+// The planner's forecast (run.json's "plan", `lattice train --plan`) next to what the run
+// measured: per pipeline stage each memory quantity against the highest peak of that stage's
+// ranks (the arena's categories grouped as plan --validate groups them), and the step and its
+// parts against rank 0's medians (its first step, the warm-up, left out when there are more).
+nlohmann::json plan_data(const RunMetrics& run) {
+  const nlohmann::json plan = run.info.value("plan", nlohmann::json());
+  if (!plan.is_object()) return nullptr;
+  nlohmann::json out = {{"source", plan.value("source", std::string())},
+                        {"layout", plan.value("layout", std::string())}};
+  if (plan.contains("rejected")) {
+    out["rejected"] = plan.at("rejected");
+    return out;
+  }
+  static constexpr const char* kQuantities[] = {"parameters",  "gradients",     "optimizer states",
+                                                "activations", "other buffers", "total"};
+  // One rank's record as those quantities: its peaks per category, its peak in all.
+  auto measured_bytes = [](const nlohmann::json& memory) {
+    const nlohmann::json peak = memory.value("peak", nlohmann::json::object());
+    auto bytes = [&](const char* category) { return peak.value(category, 0.0); };
+    return std::vector<double>{bytes("parameters"),
+                               bytes("gradients"),
+                               bytes("optimizer_state"),
+                               bytes("activations"),
+                               bytes("workspace") + bytes("communication") + bytes("other"),
+                               memory.value("peak_bytes", 0.0)};
+  };
+  out["quantities"] = kQuantities;
+  out["stages"] = nlohmann::json::array();
+  for (const nlohmann::json& stage : plan.at("stages")) {
+    const int s = stage.at("stage").get<int>();
+    std::vector<double> predicted, measured(std::size(kQuantities), 0.0);
+    for (const char* q : kQuantities) predicted.push_back(stage.value(q, 0.0));
+    for (const std::vector<nlohmann::json>& records : run.records) {
+      for (const nlohmann::json& j : records) {
+        if (j.value("at", nlohmann::json::object()).value("pp", 0) != s) continue;
+        const std::vector<double> bytes = measured_bytes(j.at("memory"));
+        for (size_t q = 0; q < bytes.size(); ++q) measured[q] = std::max(measured[q], bytes[q]);
+      }
+    }
+    out["stages"].push_back({{"stage", s}, {"predicted", predicted}, {"measured", measured}});
+  }
+  std::vector<std::vector<double>> parts(5);  // step, compute, optimizer, exposed, idle
+  const std::vector<nlohmann::json>& first = run.records.front();
+  for (size_t i = first.size() > 1 ? 1 : 0; i < first.size(); ++i) {
+    const nlohmann::json& j = first[i];
+    const nlohmann::json p = j.value("parts", nlohmann::json::object());
+    parts[0].push_back(j.value("ms", 0.0));
+    parts[1].push_back(p.value("forward_ms", 0.0) + p.value("backward_ms", 0.0) +
+                       p.value("pipeline_compute_ms", 0.0));
+    parts[2].push_back(p.value("optimizer_ms", 0.0));
+    parts[3].push_back(p.value("exposed_comm_ms", 0.0));
+    parts[4].push_back(p.value("pipeline_idle_ms", 0.0));
+  }
+  const nlohmann::json predicted_parts = plan.at("parts_ms");
+  std::vector<double> measured;
+  for (const std::vector<double>& values : parts)
+    measured.push_back(values.empty() ? 0.0 : median(values));
+  out["time"] = {
+      {"labels", {"step", "compute", "optimizer", "exposed dp comm", "pipeline idle"}},
+      {"predicted",
+       {plan.at("step_ms").get<double>(), predicted_parts.value("compute", 0.0),
+        predicted_parts.value("optimizer", 0.0), predicted_parts.value("exposed_comm", 0.0),
+        predicted_parts.value("pipeline_idle", 0.0)}},
+      {"measured", measured}};
+  return out;
 }
 
 // The last step of every rank's trace: its events (ms from the step's start) by category, and
@@ -221,12 +309,29 @@ constexpr const char* kPageScript = R"JS(
                               title: { display: true, text: 'MiB live, rank 0' } } } }
   });
   register('memory-steps', overSteps);
+  line('memory-ranks', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
+        data: points(r.steps, r.live_mib), borderColor: color(i), pointRadius: 0 })), 'MiB live');
   line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
         data: points(r.steps, r.fragmentation.map((v) => 100 * v)), borderColor: color(i),
         pointRadius: 0 })), '% of free bytes');
   if (run.bandwidth.length > 0) {
-    line('bandwidth', run.bandwidth.map((g, i) => ({ label: g.name, data: points(g.steps, g.busbw_gbs),
-          borderColor: color(i), pointRadius: 0 })), 'bus bandwidth, GB/s');
+    // With a calibrated profile each group also gets the profile's speed for the same calls,
+    // dashed: the measured line's distance below it is the share of the link the group got.
+    const sets = [];
+    run.bandwidth.forEach((g, i) => {
+      sets.push({ label: g.name, data: points(g.steps, g.busbw_gbs), borderColor: color(i),
+                  pointRadius: 0 });
+      if (g.profile_gbs !== undefined) {
+        sets.push({ label: g.name + ' at the calibrated speed', data: points(g.steps, g.profile_gbs),
+                    borderColor: color(i), borderDash: [6, 4], pointRadius: 0 });
+      }
+    });
+    line('bandwidth', sets, 'bus bandwidth, GB/s');
+    if (!run.bandwidth.some((g) => g.profile_gbs !== undefined)) {
+      document.getElementById('bandwidth-note').textContent = 'No calibrated profile: ' +
+          'parallel.comm_profile = FILE (lattice bench comm --calibrate FILE) adds each ' +
+          'group\'s calibrated speed for the same calls.';
+    }
   } else {
     document.getElementById('bandwidth-note').textContent = 'One rank: no collectives.';
   }
@@ -240,8 +345,12 @@ constexpr const char* kPageScript = R"JS(
   for (const r of ranks) {
     body += '<tr><td>' + r.rank + '</td>';
     for (let s = 0; s < steps.length; s += stride) {
-      const column = ranks.map((o) => o.busy_ms[s]).filter((v) => v !== undefined).sort((a, b) => a - b);
-      const median = column[Math.floor(column.length / 2)] || 1;
+      // Over the other ranks' median, the live straggler warning's rule.
+      const others = ranks.filter((o) => o !== r).map((o) => o.busy_ms[s])
+          .filter((v) => v !== undefined).sort((a, b) => a - b);
+      const n = others.length;
+      const median = n === 0 ? (r.busy_ms[s] || 1)
+          : (n % 2 === 1 ? others[(n - 1) / 2] : (others[n / 2 - 1] + others[n / 2]) / 2) || 1;
       const ratio = (r.busy_ms[s] || 0) / median;
       const heat = Math.min(1, Math.max(0, (ratio - 1) / 1.5));
       const shade = 'rgb(255,' + Math.round(255 * (1 - heat)) + ',' + Math.round(255 * (1 - heat)) + ')';
@@ -275,6 +384,47 @@ constexpr const char* kPageScript = R"JS(
   } else {
     document.getElementById('timeline-note').textContent =
         'No trace: lattice train --trace DIR records one, and lattice report --trace DIR draws it.';
+  }
+  // The planner's forecast next to the measured (lattice train --plan CLUSTER).
+  const plan = run.plan;
+  const planNote = document.getElementById('plan-note');
+  if (plan && plan.rejected === undefined) {
+    const bars = (id, labels, predicted, measured, y) => {
+      const chart = new Chart(document.getElementById(id), {
+        type: 'bar',
+        data: { labels: labels, datasets: [
+          { label: 'predicted', backgroundColor: color(0), data: predicted },
+          { label: 'measured', backgroundColor: color(1), data: measured }] },
+        options: { animation: false, scales: { y: { beginAtZero: true,
+                   title: { display: true, text: y } } } }
+      });
+      register(id, chart);
+    };
+    const labels = [], predicted = [], measured = [];
+    for (const st of plan.stages) {
+      plan.quantities.forEach((q, i) => {
+        labels.push((plan.stages.length > 1 ? 'stage ' + st.stage + ' ' : '') + q);
+        predicted.push(st.predicted[i] / 1048576);
+        measured.push(st.measured[i] / 1048576);
+      });
+    }
+    bars('plan-memory', labels, predicted, measured, 'MiB, peak of a rank');
+    bars('plan-time', plan.time.labels, plan.time.predicted, plan.time.measured, 'ms');
+    let rows = '<tr><th></th><th>predicted</th><th>measured</th><th>predicted / measured</th></tr>';
+    const row = (name, p, m, unit) => {
+      rows += '<tr><td>' + name + '</td><td>' + p.toFixed(2) + ' ' + unit + '</td><td>' +
+              m.toFixed(2) + ' ' + unit + '</td><td>' + (m > 0 ? (p / m).toFixed(3) : '-') +
+              '</td></tr>';
+    };
+    labels.forEach((l, i) => row(l, predicted[i], measured[i], 'MiB'));
+    plan.time.labels.forEach((l, i) => row(l, plan.time.predicted[i], plan.time.measured[i], 'ms'));
+    document.getElementById('plan-table').innerHTML = rows;
+    planNote.textContent = 'The planner on ' + plan.source + ', layout ' + plan.layout + '.';
+  } else if (plan) {
+    planNote.textContent = 'The planner could not price this layout: ' + plan.rejected;
+  } else {
+    planNote.textContent = 'No plan: lattice train --plan CLUSTER (a preset, or the profile ' +
+        'lattice bench calibrate writes) records the planner\'s forecast of the run.';
   }
   document.getElementById('drawn').textContent = JSON.stringify(drawn);
   // Charts drawn with data: every dataset of each holds at least one point.
@@ -320,6 +470,7 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
                   {"mfu", "Model FLOPs utilisation"},
                   {"memory", "Memory per rank, by category"},
                   {"memory-steps", "Memory of rank 0 over the steps, by category"},
+                  {"memory-ranks", "Live memory of every rank over the steps"},
                   {"fragmentation", "Fragmentation of each rank's free arena space"},
                   {"bandwidth", "Bus bandwidth per group and collective"}};
   for (const auto& s : sections) {
@@ -332,12 +483,18 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
       "</canvas><p id=\"timeline-note\"></p><table id=\"bubbles\"></table></section>\n";
   html +=
       "<section><h2>Busy time per rank and step (stragglers)</h2><p>Each cell: the rank's "
-      "step without its waits, over the step's median across ranks; white at the median, "
-      "red at 2.5× and above.</p><table class=\"heatmap\" id=\"heatmap\"></table></section>\n";
+      "step without its waits, over the other ranks' median of that step; white at the "
+      "median, red at 2.5× and above.</p><table class=\"heatmap\" id=\"heatmap\"></table>"
+      "</section>\n";
+  html +=
+      "<section><h2>The plan against the run</h2><p id=\"plan-note\"></p><canvas "
+      "id=\"plan-memory\"></canvas><canvas id=\"plan-time\"></canvas><table "
+      "id=\"plan-table\"></table></section>\n";
   html += "<pre id=\"drawn\" hidden></pre>\n";
   nlohmann::json data = page_data(run);
   data["timeline"] =
       options.trace_dir.empty() ? nlohmann::json::array() : timeline_data(options.trace_dir, run);
+  data["plan"] = plan_data(run);
   html += "<script type=\"application/json\" id=\"run-data\">" + script_safe(data.dump()) +
           "</script>\n";
   html += std::string("<script>") + kPageScript + "</script>\n</body></html>\n";

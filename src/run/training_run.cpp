@@ -127,6 +127,27 @@ bool stop_agreed(Communicator& world) {
 }
 
 // Prints each newly committed checkpoint once (world rank 0).
+// `--plan`: what the planner predicts, once at the start (lattice report compares).
+void print_forecast(const nlohmann::json& plan, const std::string& run_dir) {
+  if (plan.is_null()) return;
+  const std::string source = plan.value("source", std::string());
+  if (plan.contains("rejected")) {
+    fmt::print("plan ({}): the planner cannot price this layout: {}\n", source,
+               plan.at("rejected").get<std::string>());
+    return;
+  }
+  std::string stages;
+  for (const nlohmann::json& s : plan.at("stages")) {
+    stages += fmt::format("{}{:.1f} MiB", stages.empty() ? "" : ", ",
+                          s.at("total").get<double>() / 1048576);
+  }
+  fmt::print(
+      "plan ({}, {}): a step of {:.1f} ms, a rank's peak {} (per pipeline stage) predicted; "
+      "lattice report {} draws them next to the measured\n",
+      source, plan.value("layout", std::string()), plan.at("step_ms").get<double>(), stages,
+      run_dir);
+}
+
 void report_committed(const TrainerCheckpointer& checkpoints, bool lead,
                       std::optional<std::filesystem::path>& reported) {
   const std::optional<std::filesystem::path>& dir = checkpoints.last_committed();
@@ -323,7 +344,9 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
                                       {"schedule", schedule_kind_name(layout.schedule)},
                                       {"virtual_stages", layout.pp > 1 ? layout.virtual_stages : 1},
                                       {"micro_batches", config.micro_batches},
-                                      {"trace", args.trace}});
+                                      {"trace", args.trace},
+                                      {"plan", args.plan}});
+      print_forecast(args.plan, config.out_dir);
     }
     rank_metrics.emplace(config.out_dir, mesh, arena, trainer.step(),
                          layout.comm_profile.empty()

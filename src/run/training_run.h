@@ -11,6 +11,8 @@
 // checks the command, starts the ranks (comm/launch.h, elastic/elastic_rank.h) and calls this.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -30,6 +32,9 @@ struct RunOptions {
   std::string resume;
   std::vector<std::string> resume_allow_changes;  // keys a resume may change (ResumeOptions)
   TraceClock::time_point trace_origin = TraceClock::now();  // shared by a process's ranks
+  // `--plan CLUSTER`: the planner's forecast of this run (forecast/forecast.h), kept in
+  // metrics/run.json for lattice report; null: none.
+  nlohmann::json plan = nullptr;
 };
 
 // `session`: the rank's link to its `lattice launch` agent (snapshots, fencing), or nullptr.

@@ -12,6 +12,7 @@
 
 #include "../train/test_corpus.h"
 #include "core/error.h"
+#include "forecast/forecast.h"
 #include "plan/cluster_spec.h"
 #include "plan/evaluation.h"
 #include "plan/lattice_stages.h"
@@ -99,20 +100,6 @@ struct PlannedRun {
   LayoutRunResult run;
 };
 
-// The runtime's layout of a planner layout (as lattice plan --validate runs it).
-ParallelConfig runtime_layout(const Layout& layout) {
-  ParallelConfig p;
-  p.dp = int(layout.dp);
-  p.tp = int(layout.tp);
-  p.sequence_parallel = layout.sequence_parallel;
-  p.zero = layout.zero;
-  p.pp = int(layout.pp);
-  p.schedule = layout.schedule;
-  p.virtual_stages = int(layout.virtual_stages);
-  p.recompute = layout.recompute;
-  return p;
-}
-
 PlannedRun plan_and_run(const Case& c, const std::string& corpus_prefix, int steps) {
   PlannedRun out;
   out.layout = parse_validation_layout(c.layout);
@@ -129,13 +116,9 @@ PlannedRun plan_and_run(const Case& c, const std::string& corpus_prefix, int ste
   config.micro_batches = 1;
   config.seq_len = config.model.seq_len;
   config.compute_dtype = out.bf16 ? DType::kBF16 : DType::kF32;
-  ParallelConfig runtime;  // dp, tp, sp and ZeRO of the planner's layout; no pipeline
-  runtime.dp = int(out.layout.dp);
-  runtime.tp = int(out.layout.tp);
-  runtime.sequence_parallel = out.layout.sequence_parallel;
-  runtime.zero = out.layout.zero;
-  out.run =
-      run_layout(config, {.layout = runtime, .threads = 1, .warmup_steps = 0, .steps = steps});
+  out.run = run_layout(
+      config,
+      {.layout = runtime_layout(out.layout), .threads = 1, .warmup_steps = 0, .steps = steps});
   return out;
 }
 
