@@ -62,7 +62,7 @@ struct ElasticConfig {
   int64_t snapshot_every = 1;        // in-memory snapshot every N steps; 0: none
   // A rank whose compute per step (outside collectives) exceeds this many times the median of
   // the others' for 3 steps in a row is reported as a straggler (not killed); 0: never.
-  double straggler_factor = 2.0;
+  double straggler_factor = 1.5;
 };
 
 struct TrainConfig {

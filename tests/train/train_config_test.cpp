@@ -80,7 +80,7 @@ TEST(TrainConfig, ElasticSectionIsReadAndItsTimeoutsCheckedInOrder) {
   const TrainConfig defaults = parse_train_config("", "test.toml");
   EXPECT_EQ(defaults.elastic.heartbeat_interval_s, 0.1);
   EXPECT_EQ(defaults.elastic.progress_timeout_s, 2.0);
-  EXPECT_EQ(defaults.elastic.straggler_factor, 2.0);
+  EXPECT_EQ(defaults.elastic.straggler_factor, 1.5);
   EXPECT_NO_THROW(defaults.check_timeout_ladder());
   const TrainConfig c = parse_train_config(
       "[elastic]\nheartbeat_interval_s = 0.2\nheartbeat_timeout_s = 2\nprogress_timeout_s = 4\n"
