@@ -296,19 +296,30 @@ constexpr const char* kPageScript = R"JS(
                y: { stacked: true, title: { display: true, text: 'MiB live at the last step' } } } }
   });
   register('memory', memory);
-  // Rank 0's live memory over the steps, stacked by category.
-  const steps0 = first.steps;
+  // One rank's live memory over the steps, stacked by category: the rank chosen in the
+  // selector, rank 0 at first or the one the address names (report.html#memory-rank=3).
+  const chosen = /memory-rank=(\d+)/.exec(window.location.hash);
+  const selector = document.getElementById('memory-rank');
+  selector.innerHTML = ranks.map((r, i) => '<option value="' + i + '">rank ' + r.rank + '</option>')
+      .join('');
+  const stackedSets = (r) => Object.keys(r.memory_steps).map((c, i) => ({ label: c, fill: true,
+      backgroundColor: color(i), borderColor: color(i), pointRadius: 0,
+      data: points(r.steps, r.memory_steps[c]) }));
+  const initial = chosen ? Math.max(0, ranks.findIndex((r) => r.rank === Number(chosen[1]))) : 0;
+  selector.value = String(initial);
   const overSteps = new Chart(document.getElementById('memory-steps'), {
     type: 'line',
-    data: { datasets: Object.keys(first.memory_steps).map((c, i) => ({ label: c, fill: true,
-              backgroundColor: color(i), borderColor: color(i), pointRadius: 0,
-              data: points(steps0, first.memory_steps[c]) })) },
+    data: { datasets: stackedSets(ranks[initial]) },
     options: { animation: false, parsing: false, normalized: true,
                scales: { x: { type: 'linear', title: { display: true, text: 'step' } },
                          y: { stacked: true, beginAtZero: true,
-                              title: { display: true, text: 'MiB live, rank 0' } } } }
+                              title: { display: true, text: 'MiB live' } } } }
   });
   register('memory-steps', overSteps);
+  selector.addEventListener('change', () => {
+    overSteps.data.datasets = stackedSets(ranks[Number(selector.value)]);
+    overSteps.update();
+  });
   line('memory-ranks', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
         data: points(r.steps, r.live_mib), borderColor: color(i), pointRadius: 0 })), 'MiB live');
   line('fragmentation', ranks.map((r, i) => ({ label: 'rank ' + r.rank,
@@ -469,13 +480,16 @@ table.heatmap td:first-child { width: auto; padding-right: 6px; font-size: 12px;
                   {"throughput", "Tokens per second"},
                   {"mfu", "Model FLOPs utilisation"},
                   {"memory", "Memory per rank, by category"},
-                  {"memory-steps", "Memory of rank 0 over the steps, by category"},
+                  {"memory-steps", "Memory of one rank over the steps, by category"},
                   {"memory-ranks", "Live memory of every rank over the steps"},
                   {"fragmentation", "Fragmentation of each rank's free arena space"},
                   {"bandwidth", "Bus bandwidth per group and collective"}};
   for (const auto& s : sections) {
     html += fmt::format("<section><h2>{}</h2><canvas id=\"{}\"></canvas>", s.heading, s.id);
     if (std::string(s.id) == "bandwidth") html += "<p id=\"bandwidth-note\"></p>";
+    if (std::string(s.id) == "memory-steps") {
+      html += "<label>rank <select id=\"memory-rank\"></select></label>";
+    }
     html += "</section>\n";
   }
   html +=

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,13 +32,14 @@ struct RenderedPage {
   nlohmann::json drawn;
 };
 
-RenderedPage render(const std::filesystem::path& html) {
+RenderedPage render(const std::filesystem::path& html, const std::string& fragment = "") {
   RenderedPage page;
   // No network: the page must draw from what it holds.
-  page.browser = run_cli({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                          "--no-first-run", "--enable-logging=stderr", "--v=0",
-                          "--virtual-time-budget=10000", "--dump-dom", "file://" + html.string()},
-                         kLimitS);
+  page.browser =
+      run_cli({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom",
+               "file://" + html.string() + fragment},
+              kLimitS);
   const std::string& dom = page.browser.out;
   const std::string open = "<pre id=\"drawn\" hidden=\"\">";
   const size_t begin = dom.find(open);
@@ -79,6 +81,18 @@ void expect_series(const std::vector<std::pair<double, double>>& drawn,
     EXPECT_NEAR(drawn[i].second, expected[i].second, 1e-9 * std::abs(expected[i].second) + 1e-12)
         << what << " point " << i;
   }
+}
+
+// A rank's records as (step, value) where `value` has one.
+std::vector<std::pair<double, double>> series(
+    const std::vector<nlohmann::json>& records,
+    const std::function<std::optional<double>(const nlohmann::json&)>& value) {
+  std::vector<std::pair<double, double>> out;
+  for (const nlohmann::json& j : records) {
+    const std::optional<double> v = value(j);
+    if (v) out.emplace_back(j.at("step").get<double>(), *v);
+  }
+  return out;
 }
 
 // A profile of every collective and algorithm on 2 ranks (10 us + 10 GB/s): each record's
@@ -124,14 +138,6 @@ TEST(ReportCli, EveryChartOfATwoRankRunDrawsTheMetricsFilesInAHeadlessBrowser) {
   ASSERT_EQ(run.records.size(), 2u);
   const std::vector<nlohmann::json>& rank0 = run.records[0];
   ASSERT_EQ(rank0.size(), 6u);
-  auto series = [&](const std::vector<nlohmann::json>& records, auto value) {
-    std::vector<std::pair<double, double>> out;
-    for (const nlohmann::json& j : records) {
-      const std::optional<double> v = value(j);
-      if (v) out.emplace_back(j.at("step").get<double>(), *v);
-    }
-    return out;
-  };
   auto key = [](const char* k, double scale = 1.0) {
     return [k, scale](const nlohmann::json& j) -> std::optional<double> {
       if (!j.contains(k)) return std::nullopt;
@@ -340,6 +346,20 @@ TEST(ReportCli, ATracedPipelineRunShowsEachStagesBubbleNextToTheSchedules) {
       peak = std::max(peak, j.at("memory").at("peak_bytes").get<double>());
     EXPECT_NEAR(measured[size_t(6 * stage + 5)].get<double>(), peak / kMiB, 1e-12);
   }
+  // Another rank's stacked memory, chosen through the address (the page's rank selector).
+  const RenderedPage rank1 = render(out / "report.html", "#memory-rank=1");
+  ASSERT_TRUE(rank1.drawn.is_object()) << rank1.browser.all();
+  for (const auto& [category, bytes] : run.records[1].back().at("memory").at("live").items()) {
+    expect_series(xy(dataset(rank1.drawn, "memory-steps", category)),
+                  series(run.records[1],
+                         [&](const nlohmann::json& j) -> std::optional<double> {
+                           return j.at("memory").at("live").at(category).get<double>() / kMiB;
+                         }),
+                  "rank 1's " + category + " over the steps");
+  }
+  // The stages hold different layers: rank 1's memory is not rank 0's.
+  EXPECT_NE(run.records[1].back().at("memory").at("live").at("parameters"),
+            run.records[0].back().at("memory").at("live").at("parameters"));
   const std::string& dom = page.browser.out;
   EXPECT_NE(dom.find("data-charts=\"13\""), std::string::npos) << dom.substr(0, 2000);
   EXPECT_NE(dom.find("<td>stage 1 total</td>"), std::string::npos);
