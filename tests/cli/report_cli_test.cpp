@@ -274,6 +274,25 @@ TEST(ReportCli, WithoutAPlanOrAProfileThePageSaysHowToGetThem) {
   EXPECT_NE(dom.find("No plan: lattice train --plan CLUSTER"), std::string::npos);
   EXPECT_NE(dom.find("No calibrated profile: parallel.comm_profile"), std::string::npos);
   EXPECT_FALSE(page.drawn.contains("plan-memory"));
+  // A screenshot of the page, as docs/observability.md's is taken: a PNG of the whole height.
+  const auto png = out / "report.png";
+  const CliResult shot =
+      run_cli({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--hide-scrollbars", "--virtual-time-budget=10000", "--window-size=1200,6000",
+               "--screenshot=" + png.string(), "file://" + (out / "report.html").string()},
+              kLimitS);
+  ASSERT_EQ(shot.exit_code, 0) << shot.all();
+  const std::string image = read_text(png);
+  ASSERT_GT(image.size(), 24u);
+  EXPECT_EQ(image.substr(1, 3), "PNG");
+  // Width and height, big-endian in the IHDR chunk.
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(image[at])) << 24) | (uint32_t(uint8_t(image[at + 1])) << 16) |
+           (uint32_t(uint8_t(image[at + 2])) << 8) | uint32_t(uint8_t(image[at + 3]));
+  };
+  EXPECT_EQ(be32(16), 1200u);
+  EXPECT_EQ(be32(20), 6000u);
+  EXPECT_GT(image.size(), 50000u);  // charts drawn, not a blank page
 }
 
 // --plan needs the run directory it writes the forecast into, and a cluster it knows.
