@@ -22,6 +22,9 @@
 #include "doctor/doctor.h"
 #include "doctor/rank_environment.h"
 #include "doctor/run_checks.h"
+#include "elastic/agent.h"
+#include "elastic/elastic_rank.h"
+#include "elastic/rank_session.h"
 
 namespace lattice::cli {
 
@@ -63,13 +66,16 @@ void print_results(const std::vector<doctor::CheckResult>& results, bool json) {
              counts[2], counts[3]);
 }
 
-// --env: every rank (one process each under mpirun or srun, else this process alone) reports
-// what it sees of its launch; rank 0 prints the checks of all of them.
+// --env: every rank (one process each under mpirun, srun or lattice launch, else this process
+// alone) reports what it sees of its launch; rank 0 prints the checks of all of them.
 void run_environment_doctor(const DoctorArgs& args) {
   const std::optional<LaunchEnvironment> launch = detect_launch_environment();
-  const TransportKind transport = launch ? TransportKind::kMpi : TransportKind::kThreads;
+  const bool elastic = detect_agent_link().has_value();
+  const std::string launched_by = elastic  ? std::string("launched by lattice launch")
+                                  : launch ? "launched by " + launch->launcher
+                                           : std::string("started by hand");
   int failed = 0;
-  launch_ranks(transport, launch ? launch->size : 1, [&](Communicator& world) {
+  auto report = [&](Communicator& world) {
     const doctor::RankEnvironment mine =
         doctor::observe_rank_environment(world.rank(), world.size(), args.threads);
     std::vector<doctor::RankEnvironment> ranks;
@@ -81,8 +87,7 @@ void run_environment_doctor(const DoctorArgs& args) {
     failed = doctor::failed_count(results);
     if (world.rank() != 0) return;
     if (!args.json) {
-      fmt::print("lattice doctor --env: {} rank(s), {}\n\n", ranks.size(),
-                 launch ? "launched by " + launch->launcher : std::string("started by hand"));
+      fmt::print("lattice doctor --env: {} rank(s), {}\n\n", ranks.size(), launched_by);
       for (const doctor::RankEnvironment& e : ranks) {
         fmt::print(
             "rank {} on {}: launcher rank {}, local rank {}; {} core(s), {} NUMA node(s), "
@@ -94,7 +99,21 @@ void run_environment_doctor(const DoctorArgs& args) {
       fmt::print("\n");
     }
     print_results(results, args.json);
-  });
+  };
+  if (elastic) {
+    // A rank process of `lattice launch`: the first generation's Gloo world reports.
+    RankSession session(0, ElasticConfig{});
+    CommConfig comm;
+    comm.timeout = std::chrono::seconds(30);
+    run_elastic_rank(
+        session, [&](Communicator& world, const Assignment&) { report(world); }, comm);
+    std::fflush(stdout);
+    // A finding, not a fault: the agent ends the job instead of restarting the rank.
+    if (failed > 0) std::exit(kInvalidInputExitCode);
+    return;
+  }
+  const TransportKind transport = launch ? TransportKind::kMpi : TransportKind::kThreads;
+  launch_ranks(transport, launch ? launch->size : 1, report);
   std::fflush(stdout);
   if (failed > 0) std::exit(1);
 }

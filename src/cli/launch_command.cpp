@@ -6,6 +6,7 @@
 // the next generation in their processes, all from the newest snapshot. SIGTERM (preemption)
 // is forwarded: the ranks finish their step, write a durable checkpoint under output.dir and
 // exit 0.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct LaunchArgs {
   int min_ranks = 0;  // 0: --nproc-per-node (no shrinking)
   int spares = 0;
   double grace_s = 30.0;
+  int cores_per_rank = 0;  // 0: the ranks share the agent's cores
   std::vector<std::string> command;
 };
 
@@ -37,6 +39,7 @@ void run_launch(const LaunchArgs& args) {
   options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node;
   options.grace_s = args.grace_s;
   options.spares = args.spares;
+  options.cores_per_rank = args.cores_per_rank;
   install_stop_request_handlers();
   Agent agent(std::move(options));
   if (agent.run() != 0) {
@@ -48,10 +51,20 @@ void run_launch(const LaunchArgs& args) {
 }  // namespace
 
 AgentOptions launch_options(int nproc, std::vector<std::string> command) {
+  // `doctor --env`: every rank process reports its launch environment (docs/doctor.md).
+  if (!command.empty() && command[0] == "doctor" &&
+      std::find(command.begin(), command.end(), "--env") != command.end()) {
+    AgentOptions options;
+    options.nproc = nproc;
+    options.command = std::move(command);
+    options.executable = std::filesystem::read_symlink("/proc/self/exe");
+    return options;
+  }
   if (command.size() < 2 || command[0] != "train") {
     LATTICE_THROW(ConfigError,
-                  "lattice launch runs `train CONFIG [flags]` after `--` ---> HINT: lattice launch "
-                  "--nproc-per-node 4 -- train configs/shakespeare-char.toml --dp 4");
+                  "lattice launch runs `train CONFIG [flags]` or `doctor --env` after `--` ---> "
+                  "HINT: lattice launch --nproc-per-node 4 -- train configs/shakespeare-char.toml "
+                  "--dp 4");
   }
   std::vector<std::string> overrides;
   for (size_t i = 2; i < command.size(); ++i) {
@@ -84,6 +97,10 @@ void register_launch_command(CLI::App& app) {
       ->check(positive_number());
   cmd->add_option("--spares", args->spares,
                   "Extra processes started idle; a failed rank's place goes to one of them")
+      ->check(non_negative_number());
+  cmd->add_option("--cores-per-rank", args->cores_per_rank,
+                  "Bind rank r (and any replacement of it) to the r-th block of this many of the "
+                  "agent's cores, e.g. train.threads; default 0: the ranks share the cores")
       ->check(non_negative_number());
   cmd->add_option("--grace-s", args->grace_s,
                   "After SIGTERM: seconds the ranks have to finish their step and checkpoint")

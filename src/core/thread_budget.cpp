@@ -1,7 +1,11 @@
 #include "core/thread_budget.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "core/error.h"
@@ -32,6 +36,44 @@ int available_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::vector<int> affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+namespace {
+
+void set_affinity(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cpus) CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    LATTICE_THROW(ConfigError,
+                  "cannot bind to CPUs {}: {} ---> HINT: pick CPUs this process may use",
+                  fmt::join(cpus, ","), std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+ScopedThreadAffinity::ScopedThreadAffinity(const std::vector<int>& cpus)
+    : before_(affinity_cpus()) {
+  set_affinity(cpus);
+}
+
+ScopedThreadAffinity::~ScopedThreadAffinity() {
+  if (before_.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : before_) CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
 }
 
 }  // namespace lattice

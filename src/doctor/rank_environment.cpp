@@ -11,21 +11,12 @@
 #include <map>
 #include <sstream>
 
+#include "core/thread_budget.h"
 #include "doctor/machine.h"
 
 namespace lattice::doctor {
 
 namespace {
-
-std::vector<int> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  return cpus;
-}
 
 std::string host_name() {
   char name[256] = {};
@@ -75,7 +66,9 @@ CheckResult check_launcher(const std::vector<RankEnvironment>& ranks) {
   r.title = "Launcher's ranks vs Lattice's";
   if (std::none_of(ranks.begin(), ranks.end(), [](const auto& e) { return bool(e.launcher); })) {
     r.verdict = Verdict::kNotApplicable;
-    r.saw = "no launcher variables (OMPI_COMM_WORLD_*, PMI_*, SLURM_*): started by hand";
+    r.saw =
+        "no launcher variables (OMPI_COMM_WORLD_*, PMI_*, SLURM_*, lattice launch's LATTICE_RANK): "
+        "started by hand";
     return r;
   }
   for (const RankEnvironment& e : ranks) {
@@ -135,7 +128,7 @@ CheckResult check_affinity(const std::vector<RankEnvironment>& ranks) {
             cpu_list(y.cpus));
         r.fix =
             "bind each rank to its own cores: mpirun --bind-to core --map-by slot:PE=T (T "
-            "threads per rank), srun --cpu-bind=cores";
+            "threads per rank), srun --cpu-bind=cores, lattice launch --cores-per-rank T";
         return r;
       }
     }
@@ -206,6 +199,16 @@ RankEnvironment observe_rank_environment(int rank, int world, int threads) {
   e.world = world;
   e.host = host_name();
   e.launcher = detect_launch_environment();
+  // Under `lattice launch` the agent's view: the rank it assigned this process (LATTICE_RANK;
+  // a spare, without one, has no view yet).
+  if (!e.launcher && std::getenv("LATTICE_RANK") != nullptr) {
+    if (const auto gloo = detect_gloo_environment()) {
+      e.launcher = LaunchEnvironment{.launcher = "lattice launch",
+                                     .rank = gloo->rank,
+                                     .size = gloo->size,
+                                     .local_rank = gloo->local_rank};
+    }
+  }
   e.cpus = affinity_cpus();
   const MachineFacts machine = observe_machine();
   e.numa_nodes_spanned = machine.numa_nodes_spanned;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "ckpt/shard_writer.h"
 #include "core/error.h"
 #include "core/stop_request.h"
+#include "core/thread_budget.h"
 #include "elastic/rank_session.h"
 
 extern char** environ;
@@ -83,6 +85,20 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   if (options_.min_ranks < 1 || options_.min_ranks > options_.nproc) {
     LATTICE_THROW(ConfigError, "--min-ranks {} must lie in [1, --nproc-per-node {}]",
                   options_.min_ranks, options_.nproc);
+  }
+  if (options_.cores_per_rank < 0) {
+    LATTICE_THROW(ConfigError, "--cores-per-rank {} must not be negative", options_.cores_per_rank);
+  }
+  if (options_.cores_per_rank > 0) {
+    cpus_ = affinity_cpus();
+    const int64_t needed = int64_t(options_.nproc) * options_.cores_per_rank;
+    if (needed > int64_t(cpus_.size())) {
+      LATTICE_THROW(ConfigError,
+                    "--cores-per-rank {} x --nproc-per-node {} needs {} cores but this process "
+                    "may use {} ---> HINT: lower --cores-per-rank (train.threads per rank) or "
+                    "leave it out to let the ranks share the cores",
+                    options_.cores_per_rank, options_.nproc, needed, cpus_.size());
+    }
   }
   job_dir_ = make_job_dir(options_.shm_root);
   std::filesystem::create_directory(job_dir_ / "store");
@@ -148,7 +164,14 @@ Agent::Process Agent::spawn(int rank) {
                                      O_WRONLY | O_CREAT | O_APPEND, 0600);
     posix_spawn_file_actions_adddup2(&files, 1, 2);
   }
+  // The child inherits this thread's CPU mask: rank r's block while it is spawned.
+  std::optional<ScopedThreadAffinity> bound;
+  if (options_.cores_per_rank > 0 && rank >= 0) {
+    const auto first = cpus_.begin() + ptrdiff_t(rank) * options_.cores_per_rank;
+    bound.emplace(std::vector<int>(first, first + options_.cores_per_rank));
+  }
   const int rc = ::posix_spawn(&process.pid, argv[0], &files, nullptr, argv.data(), envp.data());
+  bound.reset();
   posix_spawn_file_actions_destroy(&files);
   if (rc != 0) {
     LATTICE_THROW(IoError, "cannot start a rank process ({}): {}", args[0], std::strerror(rc));
@@ -388,8 +411,8 @@ bool Agent::recover(RankFailure& failure) {
   kill(culprit);  // a stopped or stuck one, too: nothing is left hanging
   if (culprit.signal == 0 && culprit.exit_code == kInvalidInputExitCode) {
     spdlog::error(
-        "agent: rank {} refused its input (exit code {}): a restart would refuse it "
-        "again, so the job ends ---> HINT: fix what its error names",
+        "agent: rank {} refused its input or found a failed check (exit code {}): a restart "
+        "would end the same way, so the job ends ---> HINT: fix what its error names",
         failure.rank, kInvalidInputExitCode);
     return false;
   }

@@ -53,6 +53,9 @@ struct AgentOptions {
   std::filesystem::path shm_root = "/dev/shm";
   std::filesystem::path rank_output;  // the ranks' stdout and stderr; empty: the agent's
   int same_step_failures = 3;         // failures at one step that end the job
+  // > 0: rank r's process (and any replacement of it) runs on the r-th block of this many of
+  // the agent's CPUs (--cores-per-rank); spares keep the agent's. 0: unbound.
+  int cores_per_rank = 0;
 };
 
 // One failure the agent saw, for its report and for tests (bench elastic).
@@ -128,6 +131,7 @@ class Agent {
 
   AgentOptions options_;
   std::filesystem::path job_dir_;
+  std::vector<int> cpus_;  // the agent's CPUs, when --cores-per-rank binds the ranks
   int64_t generation_ = 0;
   int next_process_ = 0;
   std::vector<Process> ranks_;   // index: rank in the current generation

@@ -12,6 +12,7 @@
 
 #include "cli/cli_run.h"
 #include "cli/tiny_run.h"
+#include "core/thread_budget.h"
 #include "support/scratch_dir.h"
 #include "train/test_corpus.h"
 
@@ -172,6 +173,59 @@ TEST(DoctorCli, UnderMpirunEveryRankReportsAndUnboundRanksFailAffinity) {
   EXPECT_NE(unbound.exit_code, 0) << unbound.all();
   EXPECT_EQ(verdicts(unbound.out).at("affinity"), "FAIL") << unbound.out;
   EXPECT_NE(unbound.out.find("ranks 0 and 1"), std::string::npos) << unbound.out;
+}
+
+// Under lattice launch every rank process reports through the agent's Gloo world; the agent's
+// --cores-per-rank gives each its own core, and a FAIL ends the job without a restart.
+TEST(DoctorCli, UnderLatticeLaunchEveryRankReportsAndCoresPerRankBindsThem) {
+  if (available_cores() < 2) GTEST_SKIP() << "needs 2 cores to give each rank its own";
+  auto env_doctor = [](std::vector<std::string> binding) {
+    std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2"};
+    args.insert(args.end(), binding.begin(), binding.end());
+    for (const char* a : {"--", "doctor", "--env", "--threads", "1", "--json"}) args.push_back(a);
+    return run_cli(args, kLimitS);
+  };
+  const CliResult bound = env_doctor({"--cores-per-rank", "1"});
+  ASSERT_EQ(bound.exit_code, 0) << bound.all();
+  EXPECT_EQ(verdicts(bound.out).at("launcher"), "PASS") << bound.out;  // the agent's ranks
+  EXPECT_EQ(verdicts(bound.out).at("affinity"), "PASS") << bound.out;
+  const CliResult unbound = env_doctor({});
+  EXPECT_NE(unbound.exit_code, 0) << unbound.all();
+  EXPECT_EQ(verdicts(unbound.out).at("affinity"), "FAIL") << unbound.out;
+  EXPECT_NE(unbound.out.find("lattice launch --cores-per-rank T"), std::string::npos)
+      << unbound.out;
+  EXPECT_NE(unbound.err.find("so the job ends"), std::string::npos) << unbound.err;  // no restart
+  const CliResult too_many = env_doctor({"--cores-per-rank", "64"});
+  EXPECT_NE(too_many.exit_code, 0);
+  EXPECT_NE(too_many.err.find("needs 128 cores"), std::string::npos) << too_many.all();
+}
+
+// A training run under lattice launch --cores-per-rank: each rank on its core, the losses those
+// of the unbound run.
+TEST(DoctorCli, ARunUnderCoresPerRankTrainsLikeTheUnboundOne) {
+  if (available_cores() < 2) GTEST_SKIP() << "needs 2 cores to give each rank its own";
+  const auto data = make_corpus_dir("launch_bound", 8000, 2000);
+  const auto config = write_tiny_config(data, 3, "");
+  auto launch = [&](const std::string& name, std::vector<std::string> binding) {
+    const auto out = scratch_dir(name);
+    std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2"};
+    args.insert(args.end(), binding.begin(), binding.end());
+    for (const std::string& a :
+         {std::string("--"), std::string("train"), config.string(), std::string("--dp"),
+          std::string("2"), std::string("--set"), "output.dir=" + out.string(),
+          std::string("--set"), std::string("sample.tokens=0"), std::string("--set"),
+          std::string("parallel.deterministic=true"), std::string("--metrics"),
+          (out / "m.jsonl").string()}) {
+      args.push_back(a);
+    }
+    const CliResult r = run_cli(args, kLimitS);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    return metric_values(out / "m.jsonl", "loss");
+  };
+  const std::vector<double> bound = launch("launch_bound_out", {"--cores-per-rank", "1"});
+  const std::vector<double> unbound = launch("launch_unbound_out", {});
+  ASSERT_EQ(bound.size(), 3u);
+  EXPECT_EQ(bound, unbound);
 }
 
 }  // namespace

@@ -414,7 +414,9 @@ TEST_F(ElasticLaunch, ABadCommandIsAClearError) {
   const CliResult r = run_cli(
       {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--", "sample", "x"}, kLimitS);
   EXPECT_EQ(r.exit_code, 3);  // the input was refused (a ConfigError)
-  EXPECT_NE(r.err.find("runs `train CONFIG [flags]` after `--`"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("runs `train CONFIG [flags]` or `doctor --env` after `--`"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace
