@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin       # the mpi transport
   libgloo-dev                      # the gloo transport (elastic runs under lattice launch)
   libhwloc-dev                     # cores and NUMA nodes (lattice doctor)
+  ethtool                          # NIC pause-frame counters (lattice doctor network)
   libjs-chart.js                   # the charts lattice report inlines
   chromium                         # renders the report in its tests (headless)
   nlohmann-json3-dev               # manifests, safetensors headers, metrics

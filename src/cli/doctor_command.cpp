@@ -180,12 +180,12 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   std::string probe_line = "probe: not run (--no-probe)";
   if (!args.no_probe) {
     try {
-      const std::map<std::string, int64_t> before = doctor::read_port_xmit_wait();
+      const std::map<std::string, int64_t> waits = doctor::read_port_xmit_wait();
+      const std::map<std::string, int64_t> pauses = doctor::read_pause_frames();
       input.probe = doctor::run_probe(input.config, {.steps = args.probe_steps});
-      for (const auto& [port, waits] : doctor::read_port_xmit_wait()) {
-        input.port_xmit_wait_during_probe[port] =
-            waits - (before.contains(port) ? before.at(port) : 0);
-      }
+      input.port_xmit_wait_during_probe =
+          doctor::counter_deltas(waits, doctor::read_port_xmit_wait());
+      input.pause_frames_during_probe = doctor::counter_deltas(pauses, doctor::read_pause_frames());
       const TrainConfig& slice = input.probe->config;
       probe_line = fmt::format(
           "probe: {} steps of {} layers, {} tokens per sequence, {} sequences per step, in {:.2f} "

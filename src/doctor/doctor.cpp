@@ -822,6 +822,22 @@ CheckResult check_network(const DoctorInput& in) {
         "spread the job off the congested port";
     return r;
   }
+  std::vector<std::string> pauses;
+  for (const auto& [counter, frames] : in.pause_frames_during_probe) {
+    if (frames > 0) pauses.push_back(fmt::format("{} +{}", counter, frames));
+  }
+  if (!pauses.empty()) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "NIC pause counters rose during the probe ({}): a link was paused by flow control "
+        "(802.3x or PFC), the receiver or the switch could not keep up",
+        fmt::join(pauses, ", "));
+    r.fix =
+        "check the switch's PFC/ECN and buffer settings for these ports (ethtool -S IFACE, "
+        "ethtool -a IFACE), or move the job off the congested link";
+    r.figures = {{"paused_counters", pauses.size()}};
+    return r;
+  }
   const bool any_traffic =
       in.probe && std::any_of(in.probe->layout.ranks.begin(), in.probe->layout.ranks.end(),
                               [](const RankRun& rank) { return !rank.traffic.empty(); });
@@ -870,9 +886,11 @@ CheckResult check_network(const DoctorInput& in) {
   }
   r.verdict = Verdict::kPass;
   r.saw = fmt::format(
-      "no stalled link{}; {}",
+      "no stalled link{}{}; {}",
       in.port_xmit_wait_during_probe.empty() ? " (no RDMA port to read flow-control counters from)"
                                              : ", no RDMA port waited",
+      in.pause_frames_during_probe.empty() ? ", no NIC pause counters (ethtool -S)"
+                                           : ", no NIC pause frame",
       worst_line.empty() ? "no call of 64 KiB or more to judge"
                          : "the slowest call of 64 KiB or more against its model: " + worst_line);
   r.figures = {{"worst_factor", worst}};
@@ -884,7 +902,11 @@ CheckResult check_network(const DoctorInput& in) {
 // Gradients below this reduce in well under a millisecond on any link: one bucket is fine.
 constexpr double kOverlapWorthBytes = 8.0 * (1 << 20);
 
-CheckResult check_overlap(const DoctorInput& in) {
+// The final wait for a stage's non-blocking sends above this share of its step: a neighbour
+// takes them late, and the transfer is no longer behind compute.
+constexpr double kExposedSendShare = 0.10;
+
+CheckResult gradient_overlap(const DoctorInput& in) {
   CheckResult r;
   const ParallelConfig& p = in.config.parallel;
   if (p.dp == 1) {
@@ -959,6 +981,79 @@ CheckResult check_overlap(const DoctorInput& in) {
       fmt::format("the run's {:.3g} MB of gradients per rank make {:.0f} bucket(s) of {:g} MB; {}",
                   gradient_bytes / double(1 << 20), std::ceil(gradient_bytes / bucket_bytes),
                   p.bucket_mb, probed);
+  return r;
+}
+
+// Pipeline sends are posted without blocking and waited for at the end of the step
+// (parallel/pipeline_runtime.h): what compute did not hide is that final wait.
+CheckResult pipeline_send_overlap(const DoctorInput& in) {
+  CheckResult r;
+  if (in.config.parallel.pp == 1) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "pp = 1: no pipeline sends to overlap";
+    return r;
+  }
+  if (!in.probe) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "needs the probe (it times each stage's wait for its sends)";
+    return r;
+  }
+  const RankRun* worst = nullptr;
+  double worst_share = -1;
+  for (const RankRun& rank : in.probe->layout.ranks) {
+    const PipelineStepStats& s = rank.pipeline;
+    if (s.step_seconds <= 0) continue;
+    const double share = s.send_wait_seconds / s.step_seconds;
+    if (share > worst_share) {
+      worst_share = share;
+      worst = &rank;
+    }
+  }
+  if (worst == nullptr) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "the probe ran no pipeline step";
+    return r;
+  }
+  const PipelineStepStats& s = worst->pipeline;
+  r.figures = {{"pipeline_send_wait_s", s.send_wait_seconds},
+               {"pipeline_step_s", s.step_seconds},
+               {"pipeline_send_wait_share", worst_share},
+               {"pipeline_sends_rank", worst->at.pp}};
+  const std::string seen = fmt::format(
+      "pipeline sends: rank {} waited {:.3g} ms for its sends after its last instruction, "
+      "{:.1f}% of its {:.3g} ms probe step (the planner counts transfers as exposed)",
+      coordinates(worst->at), 1e3 * s.send_wait_seconds, 100 * worst_share, 1e3 * s.step_seconds);
+  if (worst_share > kExposedSendShare) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format("{}: over {:.0f}%, the next stage takes them late", seen,
+                        100 * kExposedSendShare);
+    r.fix =
+        "look at the link between the stages (lattice bench comm; the network check) and at "
+        "the stages' balance (parallel.layers_per_chunk, lattice explain)";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = seen;
+  return r;
+}
+
+// Both overlaps in one verdict, the worse one's fix.
+CheckResult check_overlap(const DoctorInput& in) {
+  const CheckResult parts[] = {gradient_overlap(in), pipeline_send_overlap(in)};
+  auto severity = [](Verdict v) {
+    return v == Verdict::kFail ? 3 : v == Verdict::kWarn ? 2 : v == Verdict::kPass ? 1 : 0;
+  };
+  CheckResult r;
+  std::vector<std::string> saw;
+  for (const CheckResult& part : parts) {
+    if (severity(part.verdict) > severity(r.verdict)) {
+      r.verdict = part.verdict;
+      r.fix = part.fix;
+    }
+    saw.push_back(part.saw);
+    r.figures.update(part.figures);
+  }
+  r.saw = fmt::format("{}", fmt::join(saw, "; "));
   return r;
 }
 
@@ -1106,7 +1201,7 @@ const std::vector<DoctorCheck>& doctor_checks() {
       {"replicas", "Diverging master weights", true, check_replicas},
       {"sharding", "Sharding that does not shard", true, check_sharding},
       {"network", "Network flow control and stalled links", true, check_network},
-      {"overlap", "Gradient reduction overlapping backward", true, check_overlap},
+      {"overlap", "Gradient reduction and pipeline sends behind compute", true, check_overlap},
       {"grad-norm", "Local instead of global grad norm", true, check_grad_norm},
   };
   return checks;

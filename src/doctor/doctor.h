@@ -27,6 +27,9 @@ struct DoctorInput {
   // Each RDMA port's port_xmit_wait over the probe (read_port_xmit_wait after − before); empty
   // where the machine has no RDMA port.
   std::map<std::string, int64_t> port_xmit_wait_during_probe = {};
+  // Each NIC's pause-frame counters over the probe (read_pause_frames after − before, keyed
+  // "iface/counter"); empty without ethtool or a NIC that reports them.
+  std::map<std::string, int64_t> pause_frames_during_probe = {};
 };
 
 // The checks in order, like ggml's op-test registry: an id, a title, whether it needs the probe,

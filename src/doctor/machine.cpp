@@ -3,6 +3,11 @@
 #include <hwloc.h>
 #include <sched.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -74,6 +79,65 @@ std::map<std::string, int64_t> read_port_xmit_wait(const std::filesystem::path& 
     }
   }
   return counters;
+}
+
+std::map<std::string, int64_t> parse_pause_counters(const std::string& text) {
+  std::map<std::string, int64_t> counters;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const size_t begin = line.find_first_not_of(" \t");
+    const std::string name = line.substr(begin, colon - begin);
+    if (name.find("pause") == std::string::npos || name.find("duration") != std::string::npos ||
+        name.find("transition") != std::string::npos) {
+      continue;
+    }
+    try {
+      counters[name] = std::stoll(line.substr(colon + 1));
+    } catch (const std::exception&) {
+      // not a number: a heading or a driver's own format
+    }
+  }
+  return counters;
+}
+
+std::map<std::string, int64_t> read_pause_frames(const std::filesystem::path& ethtool,
+                                                 const std::filesystem::path& net) {
+  namespace fs = std::filesystem;
+  std::map<std::string, int64_t> counters;
+  std::error_code ec;
+  if (!fs::exists(ethtool, ec)) return counters;
+  for (const auto& entry : fs::directory_iterator(net, ec)) {
+    const std::string iface = entry.path().filename().string();
+    // Physical NICs only, and names that are safe on a command line.
+    if (!fs::exists(entry.path() / "device", ec) ||
+        !std::all_of(iface.begin(), iface.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+        })) {
+      continue;
+    }
+    const std::string command = fmt::format("'{}' -S {} 2>/dev/null", ethtool.string(), iface);
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) continue;
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) text.append(buffer, n);
+    ::pclose(pipe);
+    for (const auto& [name, value] : parse_pause_counters(text))
+      counters[iface + "/" + name] = value;
+  }
+  return counters;
+}
+
+std::map<std::string, int64_t> counter_deltas(const std::map<std::string, int64_t>& before,
+                                              const std::map<std::string, int64_t>& after) {
+  std::map<std::string, int64_t> deltas;
+  for (const auto& [key, value] : after) {
+    const auto it = before.find(key);
+    deltas[key] = value - (it == before.end() ? 0 : it->second);
+  }
+  return deltas;
 }
 
 }  // namespace lattice::doctor

@@ -27,4 +27,20 @@ MachineFacts observe_machine();
 std::map<std::string, int64_t> read_port_xmit_wait(
     const std::filesystem::path& root = "/sys/class/infiniband");
 
+// Flow-control pause counters of an `ethtool -S IFACE` listing ("  rx_pause_ctrl_phy: 12"):
+// every counter whose name holds "pause" (802.3x and per-priority PFC frames), without the
+// duration and transition counters beside them; keyed by counter name.
+std::map<std::string, int64_t> parse_pause_counters(const std::string& ethtool_statistics);
+
+// Those counters of every physical network interface under `net` (one with a device/ link),
+// keyed "iface/counter", read by running `ethtool -S IFACE`; empty where `ethtool` is not
+// there (scripts/setup.sh installs it) or a driver reports none.
+std::map<std::string, int64_t> read_pause_frames(
+    const std::filesystem::path& ethtool = "/usr/sbin/ethtool",
+    const std::filesystem::path& net = "/sys/class/net");
+
+// after − before per key (a key new in `after` counts from 0).
+std::map<std::string, int64_t> counter_deltas(const std::map<std::string, int64_t>& before,
+                                              const std::map<std::string, int64_t>& after);
+
 }  // namespace lattice::doctor

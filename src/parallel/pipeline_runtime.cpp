@@ -99,7 +99,8 @@ PipelineStepStats PipelineRuntime::run(const std::vector<Instruction>& program,
     Stopwatch watch;
     TraceScope scope(recorder, "wait for sends", TraceCategory::kIdle);
     for (Communicator::SendHandle& send : sends) send.wait();
-    stats.wait_seconds += watch.seconds();
+    stats.send_wait_seconds = watch.seconds();
+    stats.wait_seconds += stats.send_wait_seconds;
   }
   stats.step_seconds = step.seconds();
   return stats;

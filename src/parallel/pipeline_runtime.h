@@ -37,6 +37,9 @@ struct PipelineStepStats {
   double step_seconds = 0.0;
   double compute_seconds = 0.0;  // inside forward and backward
   double wait_seconds = 0.0;     // blocked in receives and in the final wait for sends
+  // The final wait for sends alone: the part of the non-blocking sends compute did not hide
+  // (lattice doctor's overlap check).
+  double send_wait_seconds = 0.0;
   int transfers = 0;
   size_t bytes_sent = 0;
   // Share of the step this rank did not compute: its bubble (and transfer time).

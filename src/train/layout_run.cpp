@@ -105,6 +105,7 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
     memory.finished = arena.stats();
     hash_held_state(trainer, memory);
     memory.gradient_sync = trainer.gradient_sync_stats();
+    memory.pipeline = trainer.pipeline_stats();
     for (Communicator* group : {&mesh.dp(), &mesh.tp()}) {
       if (group->size() == 1) continue;
       for (int c = 0; c < kCollectiveCount; ++c) {

@@ -78,6 +78,7 @@ struct RankRun {
   // FNV-1a of the AdamW moments when the optimizer holds them whole (ZeRO-0), else nullopt.
   std::optional<uint64_t> optimizer_hash;
   GradientSyncStats gradient_sync;    // of the last step (all zero without a dp group)
+  PipelineStepStats pipeline;         // of the last step (all zero without a pp group)
   std::vector<GroupTraffic> traffic;  // its dp and tp groups, every collective they ran
 };
 

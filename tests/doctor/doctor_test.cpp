@@ -373,6 +373,27 @@ TEST(Doctor, ABucketHoldingEveryGradientWarnsOverlap) {
   EXPECT_EQ(r.figures.at("launched_during_backward"), r.figures.at("buckets"));
 }
 
+// Pipeline sends are waited for at the end of the step: a healthy pipeline hides them behind
+// compute; a stage whose sends reach the previous one 50 ms late waits for them itself.
+TEST(Doctor, PipelineSendsTheNextStageTakesLateWarnOverlap) {
+  TrainConfig config = tiny(1, 1, 2);
+  config.micro_batches = 4;
+  const CheckResult healthy = result_of(run_checks(input_for(config, true)), "overlap");
+  EXPECT_EQ(healthy.verdict, Verdict::kPass) << healthy.saw;
+  EXPECT_NE(healthy.saw.find("pipeline sends: rank"), std::string::npos) << healthy.saw;
+  EXPECT_LE(healthy.figures.at("pipeline_send_wait_share").get<double>(), 0.10);
+
+  ::setenv("LATTICE_SLOW_LINK", "1:0:50", 1);  // stage 1's gradients reach stage 0 50 ms late
+  const DoctorInput slowed = input_for(config, true);
+  ::unsetenv("LATTICE_SLOW_LINK");
+  const CheckResult r = result_of(run_checks(slowed), "overlap");
+  EXPECT_EQ(r.verdict, Verdict::kWarn) << r.saw;
+  EXPECT_EQ(r.figures.at("pipeline_sends_rank"), 1) << r.saw;
+  EXPECT_GT(r.figures.at("pipeline_send_wait_s").get<double>(), 0.04) << r.saw;
+  EXPECT_NE(r.saw.find("the next stage takes them late"), std::string::npos) << r.saw;
+  EXPECT_NE(r.fix.find("layers_per_chunk"), std::string::npos) << r.fix;
+}
+
 TEST(Doctor, ASlowLinkWarnsNetwork) {
   ::setenv("LATTICE_SLOW_LINK", "0:1:50", 1);  // every message from rank 0 to 1 waits 50 ms
   const DoctorInput input = input_for(tiny(2, 1), true);
@@ -382,6 +403,37 @@ TEST(Doctor, ASlowLinkWarnsNetwork) {
   EXPECT_EQ(r.verdict, Verdict::kWarn) << all_text(results);
   EXPECT_NE(r.saw.find("dp[pp0·tp0] all_reduce"), std::string::npos) << r.saw;
   EXPECT_GT(r.figures.at("measured_s").get<double>(), 0.1);  // two messages of 50 ms a call
+}
+
+// `ethtool -S` of a NIC whose pause counters rose: a fake ethtool over a fake sysfs tree.
+TEST(Doctor, NicPauseFramesDuringTheProbeWarnNetwork) {
+  const fs::path scratch = testing::scratch_dir("doctor_ethtool");
+  fs::create_directories(scratch / "net" / "eth7" / "device");
+  fs::create_directories(scratch / "net" / "veth0");  // virtual: no device/, not read
+  const fs::path ethtool = scratch / "ethtool";
+  std::ofstream(ethtool) << "#!/bin/sh\n"
+                         << "echo 'NIC statistics:'\n"
+                         << "echo '     rx_packets: 991'\n"
+                         << "echo '     rx_pause_ctrl_phy: 12'\n"
+                         << "echo '     tx_prio3_pause: 4'\n"
+                         << "echo '     rx_prio3_pause_duration: 800'\n";
+  fs::permissions(ethtool, fs::perms::owner_all);
+  const std::map<std::string, int64_t> read = read_pause_frames(ethtool, scratch / "net");
+  EXPECT_EQ(read, (std::map<std::string, int64_t>{{"eth7/rx_pause_ctrl_phy", 12},
+                                                  {"eth7/tx_prio3_pause", 4}}));
+  EXPECT_TRUE(read_pause_frames(scratch / "absent", scratch / "net").empty());
+  EXPECT_EQ(
+      counter_deltas({{"eth7/rx_pause_ctrl_phy", 2}}, read),
+      (std::map<std::string, int64_t>{{"eth7/rx_pause_ctrl_phy", 10}, {"eth7/tx_prio3_pause", 4}}));
+
+  DoctorInput input = input_for(tiny(2, 1), false);
+  input.pause_frames_during_probe = {{"eth7/rx_pause_ctrl_phy", 0}};
+  EXPECT_NE(result_of(run_checks(input), "network").verdict, Verdict::kWarn);
+  input.pause_frames_during_probe = {{"eth7/rx_pause_ctrl_phy", 10}};
+  const std::vector<CheckResult> results = run_checks(input);
+  EXPECT_EQ(with_verdict(results, Verdict::kWarn), std::set<std::string>{"network"});
+  EXPECT_NE(result_of(results, "network").saw.find("eth7/rx_pause_ctrl_phy +10"),
+            std::string::npos);
 }
 
 TEST(Doctor, RdmaPortsThatWaitedForCreditWarnNetwork) {
