@@ -1,6 +1,7 @@
 #include "doctor/run_checks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/statistics.h"
+#include "run/traced_steps.h"
 
 namespace lattice::doctor {
 
@@ -189,9 +191,67 @@ CheckResult check_exposed_comm(const RunMetrics& run) {
 
 }  // namespace
 
-std::vector<CheckResult> check_run(const RunMetrics& run) {
+// A stage's measured bubble this far above its schedule's is no longer the schedule's doing.
+constexpr double kBubbleExcess = 0.15;
+
+CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir) {
+  CheckResult r = result("run-bubble", "Pipeline bubble against the schedule's");
+  if (run.info.value("pp", 1) <= 1) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = "not a pipeline run (pp = 1 in metrics/run.json)";
+    return r;
+  }
+  if (trace_dir.empty()) trace_dir = run.info.value("trace", std::string());
+  const std::vector<TracedStep> steps =
+      trace_dir.empty() ? std::vector<TracedStep>{} : last_traced_steps(trace_dir, run);
+  if (steps.empty()) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = trace_dir.empty() ? std::string("the run was not traced")
+                              : fmt::format("no rank's trace under {} holds a step",
+                                            trace_dir.string());
+    return r;
+  }
+  const TracedStep* worst = nullptr;
+  double worst_excess = -1;
+  std::vector<std::string> per_rank;
+  for (const TracedStep& step : steps) {
+    const double theory = step.theory.value_or(0.0);
+    per_rank.push_back(fmt::format("rank {} (stage {}) {:.1f}% vs {:.1f}%", step.rank,
+                                   step.stage, 100 * step.bubble, 100 * theory));
+    if (step.bubble - theory > worst_excess) {
+      worst_excess = step.bubble - theory;
+      worst = &step;
+    }
+  }
+  const double theory = worst->theory.value_or(0.0);
+  r.figures = {{"rank", worst->rank},
+               {"stage", worst->stage},
+               {"measured_bubble", worst->bubble},
+               {"schedule_bubble", theory},
+               {"ranks", steps.size()}};
+  const std::string seen = fmt::format(
+      "the last traced step's bubble, measured against the {} schedule's: {}",
+      run.info.value("schedule", std::string("?")), fmt::join(per_rank, ", "));
+  if (worst_excess > kBubbleExcess) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "rank {} (stage {}) idled {:.1f}% of its step where the schedule leaves {:.1f}%: its "
+        "neighbours keep it waiting; {}",
+        worst->rank, worst->stage, 100 * worst->bubble, 100 * theory, seen);
+    r.fix =
+        "lattice report RUN_DIR draws the step's timeline: a slow stage (move layers off it with "
+        "parallel.layers_per_chunk), a slow link between stages (lattice doctor's network "
+        "check), or too few micro-batches (batch.micro_batches)";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = seen;
+  return r;
+}
+
+std::vector<CheckResult> check_run(const RunMetrics& run, const std::filesystem::path& trace_dir) {
   return {check_losses(run), check_stragglers(run), check_memory_growth(run),
-          check_exposed_comm(run)};
+          check_exposed_comm(run), check_bubble(run, trace_dir)};
 }
 
 }  // namespace lattice::doctor

@@ -10,9 +10,8 @@
 
 #include "core/error.h"
 #include "core/statistics.h"
-#include "spec/pipeline_schedule.h"
-#include "trace/chrome_trace.h"
-#include "trace/trace_summary.h"
+#include "run/traced_steps.h"
+#include "trace/trace_event.h"
 
 namespace lattice {
 
@@ -203,45 +202,25 @@ nlohmann::json plan_data(const RunMetrics& run) {
   return out;
 }
 
-// The last step of every rank's trace: its events (ms from the step's start) by category, and
-// each rank's measured bubble next to the schedule's (a pipeline run, from run.json).
+// The last step of every rank's trace (run/traced_steps.h): its events (ms from the step's
+// start) by category, and each rank's measured bubble next to the schedule's.
 nlohmann::json timeline_data(const std::filesystem::path& dir, const RunMetrics& run) {
   nlohmann::json ranks = nlohmann::json::array();
-  const nlohmann::json& info = run.info;
-  const int pp = info.value("pp", 1);
-  const int per_stage = std::max(1, info.value("dp", 1) * info.value("tp", 1));
-  std::optional<BubbleFraction> theory;
-  if (pp > 1 && info.contains("schedule")) {
-    theory = bubble_fraction(
-        simulate(make_schedule(parse_schedule_kind(info.at("schedule").get<std::string>()), pp,
-                               info.value("micro_batches", 1), info.value("virtual_stages", 1))));
-  }
-  for (int rank = 0; rank < int(run.records.size()); ++rank) {
-    const std::filesystem::path file = dir / chrome_trace_file_name(rank);
-    if (!std::filesystem::exists(file)) continue;
-    const RankTrace trace = read_chrome_trace(file);
-    const std::vector<TraceWindow> windows = step_windows(trace.events);
-    if (windows.empty()) continue;
-    const TraceWindow step = windows.back();
+  for (const TracedStep& step : last_traced_steps(dir, run)) {
     nlohmann::json bars = nlohmann::json::array();
-    for (const TraceEvent& e : trace.events) {
-      if (e.category == TraceCategory::kStep || e.end_ns <= step.start_ns ||
-          e.start_ns >= step.end_ns) {
-        continue;
-      }
+    for (const TraceEvent& e : step.events) {
       bars.push_back({std::string(trace_category_name(e.category)), e.name,
-                      double(std::max(e.start_ns, step.start_ns) - step.start_ns) / 1e6,
-                      double(std::min(e.end_ns, step.end_ns) - step.start_ns) / 1e6});
+                      double(std::max(e.start_ns, step.window.start_ns) - step.window.start_ns) /
+                          1e6,
+                      double(std::min(e.end_ns, step.window.end_ns) - step.window.start_ns) /
+                          1e6});
     }
-    const RankTraceSummary summary = summarize_rank_trace(rank, trace.events, step);
-    const int stage = rank / per_stage;
-    nlohmann::json r = {{"rank", rank},
-                        {"stage", stage},
-                        {"step_ms", double(step.length_ns()) / 1e6},
-                        {"bubble", summary.bubble_fraction},
+    nlohmann::json r = {{"rank", step.rank},
+                        {"stage", step.stage},
+                        {"step_ms", double(step.window.length_ns()) / 1e6},
+                        {"bubble", step.bubble},
                         {"bars", std::move(bars)}};
-    if (theory && stage < int(theory->per_rank.size()))
-      r["theory"] = theory->per_rank[size_t(stage)];
+    if (step.theory) r["theory"] = *step.theory;
     ranks.push_back(std::move(r));
   }
   return ranks;

@@ -57,7 +57,7 @@ struct TraceEvent {
   TraceCategory category = TraceCategory::kCompute;
   int64_t start_ns = 0;
   int64_t end_ns = 0;  // >= start_ns
-  std::vector<TraceArg> args;
+  std::vector<TraceArg> args = {};
 
   int64_t duration_ns() const { return end_ns - start_ns; }
   // The integer argument `key`, or nullopt when absent or not an integer.

@@ -238,7 +238,9 @@ double Trainer::run_micro_batches(double global_tokens, StepMetrics& parts) {
     TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
     // Gradients are synchronised as they become final, overlapping the rest of backward.
     sync_->begin_backward(mb + 1 == M);
-    model_->set_grad_ready_hook([this](int index) { sync_->param_ready(index); });
+    if (gradient_overlap_) {
+      model_->set_grad_ready_hook([this](int index) { sync_->param_ready(index); });
+    }
     Stopwatch backward_watch;
     model_->backward(float(1.0 / global_tokens));
     parts.backward_ms += backward_watch.milliseconds();

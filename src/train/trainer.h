@@ -123,6 +123,10 @@ class Trainer {
   // schedule): the elastic snapshot's write of the step before must be done by then, so that a
   // fault later in the step loses that step only (docs/elastic.md). Empty: nothing.
   void set_before_backward(std::function<void()> hook) { before_backward_ = std::move(hook); }
+  // Off: backward reports no gradient ready, so every bucket is reduced after it ends (ZeRO-0/1:
+  // GradReducer launches the rest at finish) — the baseline of the overlap, and the broken
+  // hook lattice doctor's overlap check must name. On by default.
+  void set_gradient_overlap(bool on) { gradient_overlap_ = on; }
   Transformer& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }  // updates done so far
@@ -156,7 +160,8 @@ class Trainer {
   Schedule evaluation_schedule_;                // forwards only, one micro-batch
   std::vector<TokenBatch> evaluation_batches_;  // {micro_}: the batch evaluate() reads into
   std::unique_ptr<GradientSync> sync_;
-  std::function<void()> before_backward_;  // over parallel_.dp, for the store's ZeRO stage
+  std::function<void()> before_backward_;
+  bool gradient_overlap_ = true;  // over parallel_.dp, for the store's ZeRO stage
   LrSchedule schedule_;
   TokenBatch micro_;  // (micro_batch, T)
   int64_t step_ = 0;

@@ -154,8 +154,27 @@ TEST(DoctorCli, EveryRankOfARunWritesItsMetricsAndTheRunChecksPass) {
       run_cli({LATTICE_EXECUTABLE, "doctor", "--run", out.string(), "--json"}, kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const std::map<std::string, std::string> by_id = verdicts(r.out);
-  EXPECT_EQ(by_id.size(), 4u) << r.out;
+  EXPECT_EQ(by_id.size(), 5u) << r.out;
   EXPECT_EQ(by_id.at("run-loss"), "PASS") << r.out;
+  EXPECT_EQ(by_id.at("run-bubble"), "N/A") << r.out;  // dp only
+}
+
+// A traced pipeline run: its stages' bubbles, read from the traces run.json names, are the
+// schedule's.
+TEST(DoctorCli, ATracedPipelineRunsBubbleIsJudgedAgainstItsSchedule) {
+  const auto data = make_corpus_dir("doctor_run_pp", 8000, 2000);
+  const auto config = write_tiny_config(data, 3, "");
+  const auto out = scratch_dir("doctor_run_pp_out");
+  const CliResult trained = run_cli(train_args(config, out,
+                                               {"--pp", "2", "--set", "batch.micro_batches=4",
+                                                "--trace", (out / "trace").string()}),
+                                    kLimitS);
+  ASSERT_EQ(trained.exit_code, 0) << trained.all();
+  const CliResult r = run_cli({LATTICE_EXECUTABLE, "doctor", "--run", out.string()}, kLimitS);
+  EXPECT_NE(r.out.find("(run-bubble)"), std::string::npos) << r.all();
+  EXPECT_NE(r.out.find("against the 1f1b schedule's: rank 0 (stage 0)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("vs 20.0%, rank 1 (stage 1)"), std::string::npos) << r.out;
 }
 
 TEST(DoctorCli, UnderMpirunEveryRankReportsAndUnboundRanksFailAffinity) {

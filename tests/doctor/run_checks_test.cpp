@@ -1,7 +1,8 @@
 // `lattice doctor --run`'s checks on run directories written the way run/rank_metrics.h writes
 // them: each condition (a loss that left the finite numbers, a grad-norm spike, a straggling
-// rank, live bytes that grow every step, fragmented free space, exposed communication) names
-// its check; a healthy run passes them all; a torn last line is skipped.
+// rank, live bytes that grow every step, fragmented free space, exposed communication, a stage
+// idling far beyond its schedule) names its check; a healthy run passes them all; a torn last line
+// is skipped.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "doctor/run_checks.h"
 #include "support/scratch_dir.h"
+#include "trace/chrome_trace.h"
 
 namespace lattice::doctor {
 namespace {
@@ -67,7 +69,11 @@ TEST(RunChecks, AHealthyRunPassesAndATornLastLineIsSkipped) {
   const RunMetrics run = read_run_metrics(dir);
   ASSERT_EQ(run.records.size(), 2u);
   EXPECT_EQ(run.records[1].size(), 20u);
-  for (const CheckResult& r : check_run(run)) EXPECT_EQ(r.verdict, Verdict::kPass) << text({r});
+  for (const CheckResult& r : check_run(run)) {
+    // Not a traced pipeline run: the bubble has nothing to judge.
+    EXPECT_EQ(r.verdict, r.id == "run-bubble" ? Verdict::kNotApplicable : Verdict::kPass)
+        << text({r});
+  }
 }
 
 TEST(RunChecks, ANonFiniteLossFailsAndAGradNormSpikeWarnsRunLoss) {
@@ -122,6 +128,50 @@ TEST(RunChecks, StepsWaitingOnCommunicationWarnRunComm) {
   const std::vector<CheckResult> results =
       check_run(read_run_metrics(write_run("run_exposed", 2, 10, exposed)));
   EXPECT_EQ(verdict_of(results, "run-comm"), Verdict::kWarn) << text(results);
+}
+
+// A pp 2 run's traces: a step of 100 ms on each rank; rank 0 computes for `rank0_compute_ms`
+// of it and idles the rest. The 1F1B schedule of 4 micro-batches leaves each stage 20%.
+fs::path write_traced_pipeline_run(const std::string& name, double rank0_compute_ms) {
+  const fs::path dir = write_run(name, 2, 3);
+  write_run_info(dir, {{"pp", 2},
+                       {"dp", 1},
+                       {"tp", 1},
+                       {"schedule", "1f1b"},
+                       {"micro_batches", 4},
+                       {"virtual_stages", 1},
+                       {"trace", (dir / "trace").string()}});
+  fs::create_directories(dir / "trace");
+  constexpr int64_t kMs = 1000000;
+  for (int rank = 0; rank < 2; ++rank) {
+    const int64_t compute = rank == 0 ? int64_t(rank0_compute_ms * kMs) : 80 * kMs;
+    const std::vector<TraceEvent> events = {
+        {.name = "step", .category = TraceCategory::kStep, .start_ns = 0, .end_ns = 100 * kMs},
+        {.name = "forward", .category = TraceCategory::kCompute, .start_ns = 0, .end_ns = compute},
+        {.name = "recv",
+         .category = TraceCategory::kIdle,
+         .start_ns = compute,
+         .end_ns = 100 * kMs}};
+    write_chrome_trace(dir / "trace" / chrome_trace_file_name(rank), rank, events);
+  }
+  return dir;
+}
+
+TEST(RunChecks, AStageIdlingFarBeyondItsScheduleWarnsRunBubble) {
+  std::vector<CheckResult> results =
+      check_run(read_run_metrics(write_traced_pipeline_run("run_bubble_ok", 78)));
+  EXPECT_EQ(verdict_of(results, "run-bubble"), Verdict::kPass) << text(results);
+  results = check_run(read_run_metrics(write_traced_pipeline_run("run_bubble_idle", 30)));
+  EXPECT_EQ(verdict_of(results, "run-bubble"), Verdict::kWarn) << text(results);
+  const CheckResult& r = results.back();
+  EXPECT_EQ(r.id, "run-bubble");
+  EXPECT_EQ(r.figures.at("rank"), 0);
+  EXPECT_NEAR(r.figures.at("measured_bubble").get<double>(), 0.70, 1e-9);
+  EXPECT_NEAR(r.figures.at("schedule_bubble").get<double>(), 0.20, 1e-9);
+  EXPECT_NE(r.saw.find("rank 0 (stage 0) idled 70.0%"), std::string::npos) << r.saw;
+  // Not a pipeline run, or not traced: nothing to judge.
+  results = check_run(read_run_metrics(write_run("run_bubble_dp", 2, 3)));
+  EXPECT_EQ(verdict_of(results, "run-bubble"), Verdict::kNotApplicable);
 }
 
 TEST(RunChecks, ADirectoryWithoutMetricsIsAnIoErrorNamingTheFix) {
