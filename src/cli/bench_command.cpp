@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "comm/cost_model.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "core/kernel_profile.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "plan/calibration.h"
@@ -47,7 +49,48 @@ struct BenchTrainArgs {
   std::vector<std::string> precisions{"fp32", "bf16"};
   std::vector<int64_t> ceiling_shape{4096, 768, 3072};  // M, K, N of the bf16 GEMM ceiling
   int gemm_repeats = 5;
+  bool profile = false;  // --profile: each row's step split into its kernels
 };
+
+double memcpy_traffic_bytes_per_s(size_t bytes) {
+  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
+  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    Stopwatch w;
+    std::memcpy(dst.data(), src.data(), bytes);
+    best = std::min(best, w.seconds());
+  }
+  return 2.0 * double(bytes) / best;  // each byte read once and written once
+}
+
+// The timed steps' kernels, slowest first: time per step and share of the step, the rate each
+// reached against its roof (GEMM-like kernels: FLOP/s against this precision's GEMM ceiling of
+// the same run; the others: bytes/s against memcpy's), and the step's time no kernel holds.
+void print_kernel_profile(const KernelProfile& profile, int steps, double step_ms,
+                          double gemm_ceiling, double memory_roof) {
+  std::vector<std::pair<std::string, KernelTotals>> rows(profile.totals().begin(),
+                                                         profile.totals().end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  fmt::print("#   {:<34} {:>10} {:>9} {:>7} {:>10} {:>8} {:>7}\n", "kernel", "calls/step",
+             "ms/step", "share", "rate", "unit", "roof");
+  double kernel_ms = 0;
+  for (const auto& [name, t] : rows) {
+    const double ms = 1e3 * t.seconds / steps;
+    kernel_ms += ms;
+    const bool compute = t.flops > 0;
+    const double rate = t.seconds > 0 ? (compute ? t.flops : t.bytes) / t.seconds / 1e9 : 0;
+    const double roof = compute ? gemm_ceiling : memory_roof;
+    fmt::print("#   {:<34} {:>10.1f} {:>9.2f} {:>6.1f}% {:>10.1f} {:>8} {:>6.0f}%\n", name,
+               double(t.calls) / steps, ms, 100 * ms / step_ms, rate, compute ? "GFLOP/s" : "GB/s",
+               roof > 0 ? 100 * rate * 1e9 / roof : 0.0);
+  }
+  fmt::print(
+      "#   {:<34} {:>10} {:>9.2f} {:>6.1f}%   (outside any timed kernel: the optimizer's "
+      "loop, gradient zeroing, bookkeeping)\n",
+      "other", "", step_ms - kernel_ms, 100 * (step_ms - kernel_ms) / step_ms);
+}
 
 void run_bench_train(BenchTrainArgs args) {
   if (args.threads.empty()) {
@@ -79,12 +122,34 @@ void run_bench_train(BenchTrainArgs args) {
     ceiling.push_back(measure_gemm_flops(ceiling_shape, DType::kBF16, t, args.gemm_repeats));
     fmt::print("#   {} thread(s): {:.1f} GFLOP/s\n", t, ceiling.back() / 1e9);
   }
+  // --profile: each precision's own GEMM ceiling, and memcpy's traffic as the memory roof.
+  std::map<std::string, std::vector<double>> profile_ceiling;
+  double memory_roof = 0;
+  if (args.profile) {
+    for (const std::string& precision : args.precisions) {
+      if (precision == "bf16") {
+        profile_ceiling[precision] = ceiling;
+        continue;
+      }
+      for (int t : args.threads) {
+        profile_ceiling[precision].push_back(
+            measure_gemm_flops(ceiling_shape, parse_precision(precision), t, args.gemm_repeats));
+        fmt::print("# profile roof: {} GEMM ceiling, {} thread(s): {:.1f} GFLOP/s\n", precision, t,
+                   profile_ceiling[precision].back() / 1e9);
+      }
+    }
+    memory_roof = memcpy_traffic_bytes_per_s(size_t(256) << 20);
+    fmt::print("# profile roof: memcpy of 256 MiB, {:.1f} GB/s (read + write)\n",
+               memory_roof / 1e9);
+  }
   fmt::print("# {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>16}\n", "precision", "threads",
              "ms/step", "min ms", "max ms", "tok/s", "model GF/s", "%ceiling", "loss first->last");
   for (const std::string& precision : args.precisions) {
     config.precision = parse_precision(precision);
     for (size_t i = 0; i < args.threads.size(); ++i) {
       config.threads = args.threads[i];
+      KernelProfile profile;
+      config.profile = args.profile ? &profile : nullptr;
       const TrainBenchmarkResult r = run_train_benchmark(config);
       const double tokens_per_s = r.tokens_per_s(tokens_per_step);
       const double model_flops = tokens_per_s * r.flops_per_token;
@@ -95,6 +160,14 @@ void run_bench_train(BenchTrainArgs args) {
           *std::min_element(r.step_ms.begin(), r.step_ms.end()),
           *std::max_element(r.step_ms.begin(), r.step_ms.end()), tokens_per_s, model_flops / 1e9,
           100 * model_flops / ceiling[i], r.losses.front(), r.losses.back());
+      if (args.profile) {
+        double total_ms = 0;
+        for (const double ms : r.step_ms) total_ms += ms;
+        fmt::print("# profile of the {} {} thread(s) row: mean of {} timed steps, {:.1f} ms\n",
+                   precision, config.threads, r.step_ms.size(), total_ms / r.step_ms.size());
+        print_kernel_profile(profile, int(r.step_ms.size()), total_ms / r.step_ms.size(),
+                             profile_ceiling[precision][i], memory_roof);
+      }
       std::fflush(stdout);  // rows arrive minutes apart: show each as it is measured
       if (i == 0 && precision == args.precisions.front()) {
         fmt::print("#   (N = {} parameters, {:.3g} model FLOPs/token)\n", r.parameters,
@@ -114,18 +187,6 @@ struct CalibrateArgs {
   int max_ranks = 0;   // largest collective group; 0: cores ÷ threads (at least 2)
   bool quick = false;  // tiny shapes and sizes (tests): seconds, not a minute
 };
-
-double memcpy_traffic_bytes_per_s(size_t bytes) {
-  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
-  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    Stopwatch w;
-    std::memcpy(dst.data(), src.data(), bytes);
-    best = std::min(best, w.seconds());
-  }
-  return 2.0 * double(bytes) / best;  // each byte read once and written once
-}
 
 double physical_memory_bytes() {
   return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
@@ -297,6 +358,8 @@ void register_bench_command(CLI::App& app) {
       ->delimiter(',');
   t->add_option("--gemm-repeats", train->gemm_repeats, "timed GEMM calls (best is kept)")
       ->check(positive_number());
+  t->add_flag("--profile", train->profile,
+              "split each row's step into its kernels: time, share, rate against the roof");
   t->callback([train] { run_bench_train(*train); });
 
   auto cal = std::make_shared<CalibrateArgs>();

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/kernel_profile.h"
+
 namespace lattice {
 
 struct Tensor::Storage {
@@ -94,6 +96,8 @@ void Tensor::copy_from(const Tensor& src) {
   expect_defined(src, "Tensor::copy_from", "src");
   expect_same_shape(*this, src, "Tensor::copy_from", "destination", "source");
   if (numel() == 0) return;
+  const KernelTimer timer(src.dtype() == dtype_ ? "copy" : "cast", 0,
+                          double(nbytes() + src.nbytes()));
   if (src.dtype() == dtype_) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
     return;

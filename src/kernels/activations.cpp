@@ -23,6 +23,7 @@ constexpr float kGeluCubic = 0.044715f;
 }  // namespace
 
 void gelu_forward(Tensor& out, const Tensor& inp) {
+  const KernelTimer timer("gelu fwd", 0, kernel::bytes_of({&out, &inp}));
   constexpr std::string_view kOp = "gelu_forward";
   expect_float_dtype(out, kOp, "out");
   expect_float_dtype(inp, kOp, "inp");
@@ -42,6 +43,7 @@ void gelu_forward(Tensor& out, const Tensor& inp) {
 }
 
 void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  const KernelTimer timer("gelu bwd", 0, kernel::bytes_of({&dinp, &dout, &inp}));
   constexpr std::string_view kOp = "gelu_backward";
   expect_float_dtype(dinp, kOp, "dinp");
   expect_float_dtype(dout, kOp, "dout");
@@ -66,6 +68,7 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
 }
 
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
+  const KernelTimer timer("swiglu fwd", 0, kernel::bytes_of({&out, &gate, &up}));
   constexpr std::string_view kOp = "swiglu_forward";
   expect_float_dtype(out, kOp, "out");
   expect_float_dtype(gate, kOp, "gate");
@@ -87,6 +90,7 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
 
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
                      const Tensor& up) {
+  const KernelTimer timer("swiglu bwd", 0, kernel::bytes_of({&dgate, &dup, &dout, &gate, &up}));
   constexpr std::string_view kOp = "swiglu_backward";
   expect_float_dtype(dgate, kOp, "dgate");
   expect_float_dtype(dup, kOp, "dup");

@@ -63,6 +63,7 @@ void adamw_loop(float* p, const float* g, float* m, float* v, Copy* p_copy, int6
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& hyper,
                   int64_t step, Tensor param_copy) {
+  const KernelTimer timer("adamw", 0, kernel::bytes_of({&param, &grad, &m, &v, &param_copy}));
   constexpr std::string_view kOp = "adamw_update";
   expect_dtype(param, DType::kF32, kOp, "param");
   expect_dtype(grad, DType::kF32, kOp, "grad");

@@ -628,6 +628,9 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
                        const Tensor& v) {
   constexpr const char* kOp = "attention_forward";
   const Dims d = check_inputs(kOp, q, k, v);
+  // Causal: QKᵀ and PV over the lower triangle, 2 FLOPs a multiply-add.
+  const double causal_flops = 2.0 * double(d.B * d.NH) * double(d.T) * double(d.T) * double(d.HS);
+  const KernelTimer timer("attention fwd", causal_flops, kernel::bytes_of({&out, &q, &k, &v}));
   expect_shape(out, q.shape(), kOp, "out");
   expect_dtype(out, q.dtype(), kOp, "out");
   check_lse(kOp, lse, d);
@@ -652,6 +655,10 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
   constexpr const char* kOp = "attention_backward";
   const Dims d = check_inputs(kOp, q, k, v);
+  // Five products over the lower triangle: QKᵀ again, dP = dO·Vᵀ, dV, dQ and dK.
+  const double causal_flops = 5.0 * double(d.B * d.NH) * double(d.T) * double(d.T) * double(d.HS);
+  const KernelTimer timer("attention bwd", causal_flops,
+                          kernel::bytes_of({&dq, &dk, &dv, &dout, &q, &k, &v, &out}));
   expect_shape(out, q.shape(), kOp, "out");
   expect_dtype(out, q.dtype(), kOp, "out");
   expect_shape(dout, q.shape(), kOp, "dout");

@@ -85,6 +85,7 @@ void write_row_gradient(D* dr, const X* xr, int64_t vocab, int64_t target, RowSt
 
 int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets,
                               int32_t ignore_index) {
+  const KernelTimer timer("cross-entropy fwd", 0, kernel::bytes_of({&losses, &logits}));
   constexpr std::string_view kOp = "cross_entropy_forward";
   const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
   expect_dtype(losses, DType::kF32, kOp, "losses");
@@ -114,6 +115,7 @@ int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                             float scale, int32_t ignore_index) {
+  const KernelTimer timer("cross-entropy bwd", 0, kernel::bytes_of({&dlogits, &logits}));
   constexpr std::string_view kOp = "cross_entropy_backward";
   const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
   expect_float_dtype(dlogits, kOp, "dlogits");
@@ -162,6 +164,7 @@ void expect_slice(const Tensor& logits, const Tensor& targets, int64_t valid, st
 }  // namespace
 
 void cross_entropy_slice_max(Tensor& row_max, const Tensor& logits, int64_t valid) {
+  const KernelTimer timer("cross-entropy (vocab-parallel) max", 0, kernel::bytes_of({&logits}));
   constexpr std::string_view kOp = "cross_entropy_slice_max";
   expect_dtype(logits, DType::kF32, kOp, "logits");
   expect_rank(logits, 2, kOp, "logits");
@@ -181,6 +184,7 @@ void cross_entropy_slice_max(Tensor& row_max, const Tensor& logits, int64_t vali
 void cross_entropy_slice_sums(Tensor& sums, const Tensor& logits, const Tensor& targets,
                               const Tensor& row_max, int64_t vocab_start, int64_t valid,
                               int32_t ignore_index) {
+  const KernelTimer timer("cross-entropy (vocab-parallel) sums", 0, kernel::bytes_of({&logits}));
   constexpr std::string_view kOp = "cross_entropy_slice_sums";
   expect_slice(logits, targets, valid, kOp);
   const int64_t rows = logits.dim(0), width = logits.dim(1);
@@ -205,6 +209,8 @@ void cross_entropy_slice_sums(Tensor& sums, const Tensor& logits, const Tensor& 
 void cross_entropy_slice_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                                   const Tensor& row_max, const Tensor& row_sum, int64_t vocab_start,
                                   int64_t valid, float scale, int32_t ignore_index) {
+  const KernelTimer timer("cross-entropy (vocab-parallel) bwd", 0,
+                          kernel::bytes_of({&dlogits, &logits}));
   constexpr std::string_view kOp = "cross_entropy_slice_backward";
   expect_slice(logits, targets, valid, kOp);
   expect_dtype(dlogits, DType::kF32, kOp, "dlogits");

@@ -93,6 +93,7 @@ void copy_columns(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stri
 }  // namespace
 
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
+  const KernelTimer timer("add (residual)", 0, kernel::bytes_of({&out, &a, &b}));
   constexpr std::string_view kOp = "add";
   expect_float_dtype(out, kOp, "out");
   expect_float_dtype(a, kOp, "a");
@@ -110,6 +111,7 @@ void add(Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void axpy(Tensor& y, float alpha, const Tensor& x) {
+  const KernelTimer timer("axpy", 0, kernel::bytes_of({&y, &x}));
   constexpr std::string_view kOp = "axpy";
   expect_float_dtype(y, kOp, "y");
   expect_float_dtype(x, kOp, "x");
@@ -125,6 +127,7 @@ void axpy(Tensor& y, float alpha, const Tensor& x) {
 }
 
 void scale(Tensor& x, float alpha) {
+  const KernelTimer timer("scale", 0, kernel::bytes_of({&x}));
   constexpr std::string_view kOp = "scale";
   expect_float_dtype(x, kOp, "x");
   const int64_t n = x.numel();
@@ -138,6 +141,7 @@ void scale(Tensor& x, float alpha) {
 }
 
 double sum_squares(const Tensor& x) {
+  const KernelTimer timer("sum of squares (grad norm)", 0, kernel::bytes_of({&x}));
   expect_float_dtype(x, "sum_squares", "x");
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
@@ -161,6 +165,7 @@ double sum_squares(const Tensor& x) {
 }
 
 void bias_forward(Tensor& out, const Tensor& bias) {
+  const KernelTimer timer("bias fwd", 0, kernel::bytes_of({&out, &bias}));
   constexpr std::string_view kOp = "bias_forward";
   expect_dtype(out, DType::kF32, kOp, "out");
   expect_dtype(bias, DType::kF32, kOp, "bias");
@@ -181,6 +186,7 @@ void bias_forward(Tensor& out, const Tensor& bias) {
 }
 
 void bias_backward(Tensor& dbias, const Tensor& dout) {
+  const KernelTimer timer("bias bwd", 0, kernel::bytes_of({&dbias, &dout}));
   constexpr std::string_view kOp = "bias_backward";
   expect_dtype(dbias, DType::kF32, kOp, "dbias");
   expect_float_dtype(dout, kOp, "dout");
@@ -214,6 +220,7 @@ void bias_backward(Tensor& dbias, const Tensor& dout) {
 }
 
 void split_last_dim(std::initializer_list<Tensor*> outs, const Tensor& inp) {
+  const KernelTimer timer("split (copy)", 0, 2 * kernel::bytes_of({&inp}));
   constexpr std::string_view kOp = "split_last_dim";
   check_parts(outs, inp, kOp, "outs", "inp");
   const int64_t rows = kernel::rows_of(inp);
@@ -231,6 +238,7 @@ void split_last_dim(std::initializer_list<Tensor*> outs, const Tensor& inp) {
 }
 
 void concat_last_dim(Tensor& out, std::initializer_list<const Tensor*> inps, bool accumulate) {
+  const KernelTimer timer("concat (copy)", 0, 2 * kernel::bytes_of({&out}));
   constexpr std::string_view kOp = "concat_last_dim";
   check_parts(inps, out, kOp, "inps", "out");
   const int64_t rows = kernel::rows_of(out);

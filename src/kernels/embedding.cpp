@@ -53,6 +53,7 @@ void expect_positions(const Tensor& act, const Tensor& table, int64_t position_o
 }  // namespace
 
 void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start) {
+  const KernelTimer timer("embedding fwd", 0, kernel::bytes_of({&out, &ids}));
   constexpr std::string_view kOp = "embedding_forward";
   expect_dtype(ids, DType::kI32, kOp, "ids");
   expect_float_dtype(table, kOp, "table");
@@ -83,6 +84,7 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& table, int6
 
 void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t vocab_start) {
+  const KernelTimer timer("embedding bwd", 0, kernel::bytes_of({&dout, &ids}));
   constexpr std::string_view kOp = "embedding_backward";
   expect_dtype(ids, DType::kI32, kOp, "ids");
   expect_dtype(dtable, DType::kF32, kOp, "dtable");
@@ -117,6 +119,7 @@ void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids,
 }
 
 void position_embedding_forward(Tensor& out, const Tensor& wpe, int64_t position_offset) {
+  const KernelTimer timer("position embedding fwd", 0, kernel::bytes_of({&out}));
   constexpr std::string_view kOp = "position_embedding_forward";
   expect_float_dtype(out, kOp, "out");
   expect_float_dtype(wpe, kOp, "wpe");
@@ -138,6 +141,7 @@ void position_embedding_forward(Tensor& out, const Tensor& wpe, int64_t position
 }
 
 void position_embedding_backward(Tensor& dwpe, const Tensor& dout, int64_t position_offset) {
+  const KernelTimer timer("position embedding bwd", 0, kernel::bytes_of({&dout}));
   constexpr std::string_view kOp = "position_embedding_backward";
   expect_dtype(dwpe, DType::kF32, kOp, "dwpe");
   expect_float_dtype(dout, kOp, "dout");

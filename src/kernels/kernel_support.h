@@ -4,16 +4,25 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kernel_profile.h"
 #include "core/tensor.h"
 #include "core/thread_budget.h"
 
 namespace lattice::kernel {
+
+// The bytes a kernel's tensors hold (its KernelTimer's traffic: each read or written once).
+inline double bytes_of(std::initializer_list<const Tensor*> tensors) {
+  double bytes = 0;
+  for (const Tensor* t : tensors) bytes += t->defined() ? double(t->nbytes()) : 0.0;
+  return bytes;
+}
 
 // ---- loads and stores: arithmetic is fp32, a result rounds once to its storage dtype ----
 

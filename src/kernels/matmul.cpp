@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/kernel_profile.h"
 #include "core/thread_budget.h"
 
 #if defined(LATTICE_USE_OPENMP)
@@ -274,6 +275,10 @@ void write_empty_product(Tensor& out, const Tensor& bias, bool accumulate) {
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
             MatmulOptions options) {
   Problem problem = validate(out, a, b, bias, options);
+  // The model's GEMMs carry their role in an outer timer; this one books the others.
+  const KernelTimer timer("gemm (other)",
+                          2.0 * double(problem.m) * double(problem.n) * double(problem.k),
+                          double(a.nbytes() + b.nbytes() + out.nbytes()));
   if (problem.m == 0 || problem.n == 0) return;
   if (problem.k == 0) {
     write_empty_product(out, bias, options.accumulate);

@@ -131,6 +131,7 @@ void rmsnorm_backward_row(DX* __restrict dx, const DY* __restrict dy, const X* _
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, float eps) {
+  const KernelTimer timer("layernorm fwd", 0, kernel::bytes_of({&out, &inp}));
   constexpr std::string_view kOp = "layernorm_forward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);
@@ -183,6 +184,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd) {
+  const KernelTimer timer("layernorm bwd", 0, kernel::bytes_of({&dinp, &dout, &inp}));
   constexpr std::string_view kOp = "layernorm_backward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);
@@ -217,6 +219,7 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                      float eps) {
+  const KernelTimer timer("rmsnorm fwd", 0, kernel::bytes_of({&out, &inp}));
   constexpr std::string_view kOp = "rmsnorm_forward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);
@@ -252,6 +255,7 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor&
 
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd) {
+  const KernelTimer timer("rmsnorm bwd", 0, kernel::bytes_of({&dinp, &dout, &inp}));
   constexpr std::string_view kOp = "rmsnorm_backward";
   const int64_t rows = expect_rows(inp, kOp, "inp");
   const int64_t width = inp.dim(-1);

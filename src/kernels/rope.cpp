@@ -138,11 +138,13 @@ void rope_apply(std::string_view op, std::string_view dst_name, std::string_view
 }  // namespace
 
 void rope_forward(Tensor& out, const Tensor& inp, float theta, int64_t position_offset) {
+  const KernelTimer timer("rope fwd", 0, kernel::bytes_of({&out, &inp}));
   rope_apply("rope_forward", "out", "inp", out, inp, theta, position_offset, 1.0f,
              /*accumulate=*/false);
 }
 
 void rope_backward(Tensor& dinp, const Tensor& dout, float theta, int64_t position_offset) {
+  const KernelTimer timer("rope bwd", 0, kernel::bytes_of({&dinp, &dout}));
   rope_apply("rope_backward", "dinp", "dout", dinp, dout, theta, position_offset, -1.0f,
              /*accumulate=*/true);
 }

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/kernel_profile.h"
 #include "kernels/activations.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -24,6 +25,8 @@ struct Linear {
   bool in_out = false;
   int64_t out_first = 0;
   int64_t out_count = 0;  // 0: all
+  // The kernel profile's names of its three GEMMs (core/kernel_profile.h), by role.
+  std::string profile_forward = {}, profile_input_grad = {}, profile_weight_grad = {};
 };
 
 struct Norm {
@@ -31,8 +34,24 @@ struct Norm {
   int bias = -1;
 };
 
+// A parameter prefix's role, the same in every layer: "transformer.h.3.attn.c_attn" ->
+// "attn.c_attn".
+std::string gemm_role(const std::string& prefix) {
+  for (size_t dot = prefix.size(); dot-- > 0;) {
+    if (prefix[dot] != '.' || dot == 0 ||
+        !std::isdigit(static_cast<unsigned char>(prefix[dot - 1])))
+      continue;
+    return prefix.substr(dot + 1);
+  }
+  return prefix;
+}
+
 Linear find_linear(const ParameterRegistry& r, const std::string& prefix, bool in_out) {
   Linear l{r.find(prefix + ".weight"), r.find(prefix + ".bias"), in_out};
+  const std::string role = gemm_role(prefix);
+  l.profile_forward = "gemm " + role + " fwd";
+  l.profile_input_grad = "gemm " + role + " dx";
+  l.profile_weight_grad = "gemm " + role + " dw";
   LATTICE_CHECK(l.weight >= 0, "missing parameter {}.weight", prefix);
   return l;
 }
@@ -51,18 +70,28 @@ Tensor used_bias(const Linear& l, const Tensor& b) {
   return l.out_count > 0 ? b.slice_rows(l.out_first, l.out_first + l.out_count) : b;
 }
 
+// 2 FLOPs per multiply-add of out (rows × cols) = a (rows × k) · b: k is a's last dimension.
+double gemm_flops(const Tensor& out, const Tensor& a) {
+  return 2.0 * double(out.numel()) * double(a.shape().dims().back());
+}
+
 // y (N, out) = x (N, in) · W (+ b unless the bias is added after a reduction).
 void linear_forward(const ParameterStore& s, const Linear& l, Tensor& y, const Tensor& x,
                     bool add_bias = true) {
   Tensor bias = l.bias >= 0 && add_bias ? used_bias(l, s.master(l.bias)) : Tensor();
-  matmul(y, x, used_weight(l, s.compute(l.weight)), bias, {.transpose_b = !l.in_out});
+  const Tensor w = used_weight(l, s.compute(l.weight));
+  const KernelTimer timer(l.profile_forward, gemm_flops(y, x),
+                          double(x.nbytes() + w.nbytes() + y.nbytes()));
+  matmul(y, x, w, bias, {.transpose_b = !l.in_out});
 }
 
 // dx (=, or += with accumulate_dx) dy · Wᵀ.
 void linear_backward_input(const ParameterStore& s, const Linear& l, Tensor& dx, bool accumulate_dx,
                            const Tensor& dy) {
-  matmul(dx, dy, used_weight(l, s.compute(l.weight)), Tensor(),
-         {.transpose_b = l.in_out, .accumulate = accumulate_dx});
+  const Tensor w = used_weight(l, s.compute(l.weight));
+  const KernelTimer timer(l.profile_input_grad, gemm_flops(dx, dy),
+                          double(dx.nbytes() + dy.nbytes() + w.nbytes()));
+  matmul(dx, dy, w, Tensor(), {.transpose_b = l.in_out, .accumulate = accumulate_dx});
 }
 
 // dW += xᵀ·dy (or dyᵀ·x); db += Σ rows of dy unless the bias was added after a reduction (its
@@ -70,6 +99,10 @@ void linear_backward_input(const ParameterStore& s, const Linear& l, Tensor& dx,
 void linear_backward_weight(const ParameterStore& s, const Linear& l, const Tensor& dy,
                             const Tensor& x, bool bias_grad = true) {
   Tensor dw = used_weight(l, s.grad(l.weight));
+  // dW (in × out) sums over the rows of dy.
+  const double rows = double(dy.numel()) / double(dy.shape().dims().back());
+  const KernelTimer timer(l.profile_weight_grad, 2.0 * double(dw.numel()) * rows,
+                          double(dw.nbytes() + dy.nbytes() + x.nbytes()));
   if (l.in_out) {
     matmul(dw, x, dy, Tensor(), {.transpose_a = true, .accumulate = true});
   } else {
@@ -534,7 +567,12 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
   norm_forward(c, s, lnf, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(part.last_layer)]);
   if (sp) tp_.all_gather_rows(a.lnf_full, a.lnf, "ln_f (fwd)");
   // logits (N, W) = lnf · Wᵀ with W (W, C): this rank's rows of the token table or the head.
-  matmul(a.logits, a.lnf_full, s.compute(lm_head_), Tensor(), {.transpose_b = true});
+  {
+    const KernelTimer timer(
+        "gemm lm_head fwd", gemm_flops(a.logits, a.lnf_full),
+        double(a.logits.nbytes() + a.lnf_full.nbytes() + s.compute(lm_head_).nbytes()));
+    matmul(a.logits, a.lnf_full, s.compute(lm_head_), Tensor(), {.transpose_b = true});
+  }
   if (targets.defined()) {
     if (a.vocab_loss) {
       result.token_count =
@@ -709,9 +747,18 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
       dlogits = w.dlogits;
     }
     // Output head: logits = lnf · Wᵀ, W (W, C).
-    matmul(w.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
+    {
+      const KernelTimer timer("gemm lm_head dx", gemm_flops(w.dln_full, dlogits),
+                              double(w.dln_full.nbytes() + dlogits.nbytes()));
+      matmul(w.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
+    }
     Tensor dhead = s.grad(lm_head_);
-    matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
+    {
+      const KernelTimer timer("gemm lm_head dw",
+                              2.0 * double(dhead.numel()) * double(dlogits.shape()[0]),
+                              double(dhead.nbytes() + dlogits.nbytes() + a.lnf_full.nbytes()));
+      matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
+    }
     if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
     if (sp) {
       tp_.reduce_scatter_rows(w.dln, w.dln_full, "ln_f (bwd)");

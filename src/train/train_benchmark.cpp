@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/arena.h"
 #include "core/error.h"
@@ -102,6 +103,8 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
   result.parameters = trainer.model().registry().total_elements();
   result.flops_per_token = trainer.flops_per_token();
   for (int step = 0; step < config.warmup_steps + config.steps; ++step) {
+    std::optional<ScopedKernelProfile> profiled;
+    if (config.profile != nullptr && step >= config.warmup_steps) profiled.emplace(*config.profile);
     const StepMetrics m = trainer.train_step();
     result.losses.push_back(m.loss);
     if (step >= config.warmup_steps) result.step_ms.push_back(m.ms);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kernel_profile.h"
 #include "core/model_flops.h"
 #include "data/token_file.h"
 #include "model/config.h"
@@ -27,6 +28,8 @@ struct TrainBenchmarkConfig {
   int threads = 1;
   uint64_t seed = 1337;
   float lr = 1e-4f;  // AdamW learning rate of every step (constant)
+  // The timed steps' kernels (core/kernel_profile.h) are added here; null: not profiled.
+  KernelProfile* profile = nullptr;
 };
 
 struct TrainBenchmarkResult {

@@ -2,6 +2,7 @@
 // rows and the ratio columns it exists for, and a refused bad value each.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,6 +110,71 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
   EXPECT_EQ(table[0][0], "fp32");
   EXPECT_TRUE(table[0][7].ends_with("%")) << r.out;
   EXPECT_GT(std::stod(table[0][7]), 0.0) << r.out;
+}
+
+// --profile: the step split into its kernels, every GEMM by role, the shares adding up to the
+// step with what no kernel holds.
+TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
+  const CliResult r = run_cli(
+      bench({"train", "--preset",    "gpt2-tiny", "--batch",         "2",        "--seq",
+             "16",    "--steps",     "2",         "--warmup",        "1",        "--threads",
+             "1",     "--precision", "fp32",      "--ceiling-shape", "64,64,64", "--gemm-repeats",
+             "1",     "--profile"}),
+      kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("# profile roof: memcpy of 256 MiB"), std::string::npos) << r.out;
+  std::map<std::string, std::pair<double, double>> kernels;  // name -> (calls/step, share %)
+  double other_share = -1;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("#   ") || line.find("kernel ") != std::string::npos) continue;
+    const size_t first_digit = line.find_first_of("0123456789", 4);
+    if (line.starts_with("#   other")) {
+      std::istringstream fields(line.substr(9));
+      double ms = 0;
+      std::string share;
+      fields >> ms >> share;
+      other_share = std::stod(share);
+      continue;
+    }
+    if (first_digit == std::string::npos) continue;
+    std::string name = line.substr(4, first_digit - 4);
+    name.erase(name.find_last_not_of(' ') + 1);
+    std::istringstream fields(line.substr(first_digit));
+    double calls = 0, ms = 0;
+    std::string share;
+    fields >> calls >> ms >> share;
+    if (share.ends_with("%")) kernels[name] = {calls, std::stod(share)};
+  }
+  for (const char* name : {"gemm attn.c_attn fwd",
+                           "gemm attn.c_attn dx",
+                           "gemm attn.c_attn dw",
+                           "gemm attn.c_proj fwd",
+                           "gemm mlp.c_fc fwd",
+                           "gemm mlp.c_proj dw",
+                           "gemm lm_head fwd",
+                           "gemm lm_head dx",
+                           "gemm lm_head dw",
+                           "attention fwd",
+                           "attention bwd",
+                           "layernorm fwd",
+                           "layernorm bwd",
+                           "gelu fwd",
+                           "gelu bwd",
+                           "cross-entropy fwd",
+                           "cross-entropy bwd",
+                           "adamw",
+                           "embedding fwd",
+                           "embedding bwd"}) {
+    EXPECT_TRUE(kernels.contains(name)) << name << "\n" << r.out;
+  }
+  EXPECT_EQ(kernels["gemm attn.c_attn fwd"].first, 2.0);  // one per layer of gpt2-tiny
+  EXPECT_EQ(kernels["gemm lm_head fwd"].first, 1.0);
+  EXPECT_FALSE(kernels.contains("gemm (other)")) << r.out;  // every GEMM of the step has a role
+  double shares = other_share;
+  for (const auto& [name, k] : kernels) shares += k.second;
+  EXPECT_GE(other_share, 0.0) << r.out;
+  EXPECT_NEAR(shares, 100.0, 1.0) << r.out;
 }
 
 TEST(BenchCli, TrainRefusesAnUnknownPrecision) {
