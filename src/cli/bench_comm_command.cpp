@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/bench_parent.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "comm/mpi_transport.h"
@@ -166,15 +167,7 @@ double time_calls(Communicator& comm, Collective c, Buffers& b, Algorithm a, dou
 
 double memcpy_bandwidth() {
   const size_t bytes = size_t(64) << 20;
-  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
-  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    Stopwatch w;
-    std::memcpy(dst.data(), src.data(), bytes);
-    best = std::min(best, w.seconds());
-  }
-  return double(bytes) / best;
+  return double(bytes) / memcpy_seconds(bytes);
 }
 
 std::string human_bytes(int64_t bytes) {

@@ -52,16 +52,9 @@ struct BenchTrainArgs {
   bool profile = false;  // --profile: each row's step split into its kernels
 };
 
+// Each byte read once and written once.
 double memcpy_traffic_bytes_per_s(size_t bytes) {
-  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
-  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    Stopwatch w;
-    std::memcpy(dst.data(), src.data(), bytes);
-    best = std::min(best, w.seconds());
-  }
-  return 2.0 * double(bytes) / best;  // each byte read once and written once
+  return 2.0 * double(bytes) / memcpy_seconds(bytes);
 }
 
 // The timed steps' kernels, slowest first: time per step and share of the step, the rate each

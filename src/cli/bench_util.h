@@ -1,7 +1,9 @@
 // Small pieces every `lattice bench` subcommand prints or computes the same way.
 #pragma once
 
+#include <cstddef>
 #include <string>
+
 #include "core/dtype.h"
 #include "core/statistics.h"
 
@@ -12,5 +14,8 @@ namespace lattice::cli {
 std::string load_average();
 // "fp32" or "bf16" (ValueError naming the choices otherwise).
 DType parse_precision(const std::string& name);
+// The best of 5 single-thread memcpy calls of `bytes` (pages faulted in first), in seconds: the
+// memory baseline the benchmarks print beside their rates.
+double memcpy_seconds(size_t bytes);
 
 }  // namespace lattice::cli

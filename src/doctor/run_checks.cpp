@@ -206,9 +206,9 @@ CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir)
       trace_dir.empty() ? std::vector<TracedStep>{} : last_traced_steps(trace_dir, run);
   if (steps.empty()) {
     r.verdict = Verdict::kNotApplicable;
-    r.saw = trace_dir.empty() ? std::string("the run was not traced")
-                              : fmt::format("no rank's trace under {} holds a step",
-                                            trace_dir.string());
+    r.saw = trace_dir.empty()
+                ? std::string("the run was not traced")
+                : fmt::format("no rank's trace under {} holds a step", trace_dir.string());
     return r;
   }
   const TracedStep* worst = nullptr;
@@ -216,8 +216,8 @@ CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir)
   std::vector<std::string> per_rank;
   for (const TracedStep& step : steps) {
     const double theory = step.theory.value_or(0.0);
-    per_rank.push_back(fmt::format("rank {} (stage {}) {:.1f}% vs {:.1f}%", step.rank,
-                                   step.stage, 100 * step.bubble, 100 * theory));
+    per_rank.push_back(fmt::format("rank {} (stage {}) {:.1f}% vs {:.1f}%", step.rank, step.stage,
+                                   100 * step.bubble, 100 * theory));
     if (step.bubble - theory > worst_excess) {
       worst_excess = step.bubble - theory;
       worst = &step;
@@ -229,9 +229,9 @@ CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir)
                {"measured_bubble", worst->bubble},
                {"schedule_bubble", theory},
                {"ranks", steps.size()}};
-  const std::string seen = fmt::format(
-      "the last traced step's bubble, measured against the {} schedule's: {}",
-      run.info.value("schedule", std::string("?")), fmt::join(per_rank, ", "));
+  const std::string seen =
+      fmt::format("the last traced step's bubble, measured against the {} schedule's: {}",
+                  run.info.value("schedule", std::string("?")), fmt::join(per_rank, ", "));
   if (worst_excess > kBubbleExcess) {
     r.verdict = Verdict::kWarn;
     r.saw = fmt::format(

@@ -209,11 +209,10 @@ nlohmann::json timeline_data(const std::filesystem::path& dir, const RunMetrics&
   for (const TracedStep& step : last_traced_steps(dir, run)) {
     nlohmann::json bars = nlohmann::json::array();
     for (const TraceEvent& e : step.events) {
-      bars.push_back({std::string(trace_category_name(e.category)), e.name,
-                      double(std::max(e.start_ns, step.window.start_ns) - step.window.start_ns) /
-                          1e6,
-                      double(std::min(e.end_ns, step.window.end_ns) - step.window.start_ns) /
-                          1e6});
+      bars.push_back(
+          {std::string(trace_category_name(e.category)), e.name,
+           double(std::max(e.start_ns, step.window.start_ns) - step.window.start_ns) / 1e6,
+           double(std::min(e.end_ns, step.window.end_ns) - step.window.start_ns) / 1e6});
     }
     nlohmann::json r = {{"rank", step.rank},
                         {"stage", step.stage},
