@@ -10,10 +10,21 @@ namespace lattice::doctor {
 
 namespace {
 
-LayoutRunOptions layout_options(const ParallelConfig& p, const ProbeOptions& options) {
-  ParallelConfig layout = p;
+// A probe step of the slice takes milliseconds: a rank that does not arrive within this window
+// is named at once (the config's own deadline, kept between 1 and 10 s so that a deadline
+// too short for the real step — the timeouts check's finding — does not fail the probe).
+constexpr double kProbeMinTimeoutS = 1.0;
+constexpr double kProbeMaxTimeoutS = 10.0;
+
+LayoutRunOptions layout_options(const TrainConfig& c, const ProbeOptions& options) {
+  ParallelConfig layout = c.parallel;
   if (layout.pp == 1) layout.virtual_stages = 1;
-  return {.layout = layout, .threads = 1, .warmup_steps = 0, .steps = options.steps};
+  return {.layout = layout,
+          .threads = 1,
+          .warmup_steps = 0,
+          .steps = options.steps,
+          .collective_timeout_s =
+              std::clamp(c.collective_timeout_s(), kProbeMinTimeoutS, kProbeMaxTimeoutS)};
 }
 
 }  // namespace
@@ -50,7 +61,7 @@ ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
                                  slice.seed),
       .val = nullptr};
 
-  LayoutRunOptions layout = layout_options(slice.parallel, options);
+  LayoutRunOptions layout = layout_options(slice, options);
   // Buckets of at most a quarter of the slice's store, so that backward has several to start
   // (the overlap check watches them start before it ends).
   const int64_t store_bytes =
@@ -75,7 +86,7 @@ ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
   one_rank.micro_batches = slice.micro_batches * slice.parallel.dp;
   one_rank.global_batch = 0;
   one_rank.resolve_batch(1);
-  LayoutRunOptions single = layout_options(one_rank.parallel, options);
+  LayoutRunOptions single = layout_options(one_rank, options);
   single.data = data;
   result.single = run_layout(one_rank, single);
   result.seconds = wall.seconds();

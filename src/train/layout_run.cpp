@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "comm/launch.h"
@@ -69,77 +70,86 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
   LayoutRunResult result;
   result.ranks.resize(size_t(shape.world_size()));
   std::mutex mutex;
+  // The run's own collective deadline: a rank that never arrives ends the steps in that time.
+  CommConfig comm_config;
+  const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s
+                                                            : config.collective_timeout_s();
+  comm_config.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
   // launch_ranks rather than run_ranks: LATTICE_SLOW_LINK (launch.h) slows a link here too.
-  launch_ranks(TransportKind::kThreads, shape.world_size(), [&](Communicator& comm) {
-    DeviceMesh mesh(comm, shape);
-    Arena arena(fmt::format("rank{}", comm.rank()));
-    ParallelSetup setup = parallel_setup(layout, mesh);
-    setup.threads = options.threads;
-    std::optional<Trainer> built;
-    if (options.data) {
-      built.emplace(config, arena, setup, *options.data);
-    } else {
-      built.emplace(config, arena, setup);
-    }
-    Trainer& trainer = *built;
-    RankRun memory;
-    memory.at = mesh.coordinates();
-    memory.constructed = arena.stats();
-    std::vector<double> step_ms, step_cpu_ms, losses;
-    std::vector<Tensor> held;
-    for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
-      const double cpu_before = 1e3 * thread_cpu_seconds();
-      const StepMetrics m = trainer.train_step();
-      const double cpu = 1e3 * thread_cpu_seconds() - cpu_before;
-      losses.push_back(m.loss);
-      memory.grad_norms.push_back(m.grad_norm);
-      if (s >= options.warmup_steps) {
-        step_ms.push_back(m.ms);
-        step_cpu_ms.push_back(cpu);
-      }
-      if (options.after_step) {
-        LayoutRunRank rank{trainer, arena, memory.at, s, held};
-        options.after_step(rank);
-      }
-    }
-    memory.finished = arena.stats();
-    hash_held_state(trainer, memory);
-    memory.gradient_sync = trainer.gradient_sync_stats();
-    memory.pipeline = trainer.pipeline_stats();
-    for (Communicator* group : {&mesh.dp(), &mesh.tp()}) {
-      if (group->size() == 1) continue;
-      for (int c = 0; c < kCollectiveCount; ++c) {
-        const CollectiveTotals totals = group->stats().totals(Collective(c));
-        if (totals.calls == 0) continue;
-        memory.traffic.push_back({.group = group->name(),
-                                  .size = group->size(),
-                                  .collective = Collective(c),
-                                  .calls = totals.calls,
-                                  .bytes = totals.bytes,
-                                  .seconds = totals.seconds});
-      }
-    }
-    held.clear();
-    memory.losses = losses;
-    const ParameterRegistry& registry = trainer.model().registry();
-    memory.store_elements = registry.total_elements();
-    for (const ParameterSpec& spec : registry.specs())
-      memory.unpadded_elements += spec.local_shape.numel();
-    memory.optimizer_elements = trainer.optimizer().shard_end() - trainer.optimizer().shard_begin();
-    std::lock_guard lock(mutex);
-    if (comm.rank() == 0) {
-      result.constructed = memory.constructed;
-      result.finished = memory.finished;
-      result.store_elements = memory.store_elements;
-      result.unpadded_elements = memory.unpadded_elements;
-      result.optimizer_elements = memory.optimizer_elements;
-      result.step_ms = std::move(step_ms);
-      result.step_cpu_ms = std::move(step_cpu_ms);
-      result.losses = std::move(losses);
-      result.threads = thread_budget();
-    }
-    result.ranks[size_t(comm.rank())] = std::move(memory);
-  });
+  launch_ranks(
+      TransportKind::kThreads, shape.world_size(),
+      [&](Communicator& comm) {
+        DeviceMesh mesh(comm, shape);
+        Arena arena(fmt::format("rank{}", comm.rank()));
+        ParallelSetup setup = parallel_setup(layout, mesh);
+        setup.threads = options.threads;
+        std::optional<Trainer> built;
+        if (options.data) {
+          built.emplace(config, arena, setup, *options.data);
+        } else {
+          built.emplace(config, arena, setup);
+        }
+        Trainer& trainer = *built;
+        RankRun memory;
+        memory.at = mesh.coordinates();
+        memory.constructed = arena.stats();
+        std::vector<double> step_ms, step_cpu_ms, losses;
+        std::vector<Tensor> held;
+        for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
+          const double cpu_before = 1e3 * thread_cpu_seconds();
+          const StepMetrics m = trainer.train_step();
+          const double cpu = 1e3 * thread_cpu_seconds() - cpu_before;
+          losses.push_back(m.loss);
+          memory.grad_norms.push_back(m.grad_norm);
+          if (s >= options.warmup_steps) {
+            step_ms.push_back(m.ms);
+            step_cpu_ms.push_back(cpu);
+          }
+          if (options.after_step) {
+            LayoutRunRank rank{trainer, arena, memory.at, s, held};
+            options.after_step(rank);
+          }
+        }
+        memory.finished = arena.stats();
+        hash_held_state(trainer, memory);
+        memory.gradient_sync = trainer.gradient_sync_stats();
+        memory.pipeline = trainer.pipeline_stats();
+        for (Communicator* group : {&mesh.dp(), &mesh.tp()}) {
+          if (group->size() == 1) continue;
+          for (int c = 0; c < kCollectiveCount; ++c) {
+            const CollectiveTotals totals = group->stats().totals(Collective(c));
+            if (totals.calls == 0) continue;
+            memory.traffic.push_back({.group = group->name(),
+                                      .size = group->size(),
+                                      .collective = Collective(c),
+                                      .calls = totals.calls,
+                                      .bytes = totals.bytes,
+                                      .seconds = totals.seconds});
+          }
+        }
+        held.clear();
+        memory.losses = losses;
+        const ParameterRegistry& registry = trainer.model().registry();
+        memory.store_elements = registry.total_elements();
+        for (const ParameterSpec& spec : registry.specs())
+          memory.unpadded_elements += spec.local_shape.numel();
+        memory.optimizer_elements =
+            trainer.optimizer().shard_end() - trainer.optimizer().shard_begin();
+        std::lock_guard lock(mutex);
+        if (comm.rank() == 0) {
+          result.constructed = memory.constructed;
+          result.finished = memory.finished;
+          result.store_elements = memory.store_elements;
+          result.unpadded_elements = memory.unpadded_elements;
+          result.optimizer_elements = memory.optimizer_elements;
+          result.step_ms = std::move(step_ms);
+          result.step_cpu_ms = std::move(step_cpu_ms);
+          result.losses = std::move(losses);
+          result.threads = thread_budget();
+        }
+        result.ranks[size_t(comm.rank())] = std::move(memory);
+      },
+      comm_config);
   return result;
 }
 

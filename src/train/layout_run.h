@@ -46,6 +46,8 @@ struct LayoutRunOptions {
   // Called on every rank after each of its steps (warm-up included), before the last one's
   // state is measured: the doctor's tests create a fault condition here.
   std::function<void(LayoutRunRank&)> after_step = {};
+  // Every collective's deadline, seconds; 0: the config's (TrainConfig::collective_timeout_s).
+  double collective_timeout_s = 0;
 };
 
 // What one group of a rank carried during the steps, per collective (summed over algorithms).

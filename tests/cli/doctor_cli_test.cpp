@@ -72,6 +72,25 @@ TEST(DoctorCli, ADeadlineShorterThanTheStepFailsOnlyTimeoutsWithExitOne) {
   }
 }
 
+// A rank that does not arrive within the probe's deadline (the config's, at least 1 s): the
+// probe fails naming it, in bounded time, and the other checks still run.
+TEST(DoctorCli, AProbeRankThatDoesNotArriveIsNamed) {
+  const CliResult r = run_cli(doctor({"--dp", "2", "--set", "parallel.timeout_s=1", "--json"}),
+                              kLimitS, {"LATTICE_SLOW_LINK=0:1:3000"});
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  const std::map<std::string, std::string> by_id = verdicts(r.out);
+  EXPECT_EQ(by_id.at("probe"), "FAIL") << r.out;
+  // Rank 1 waits for rank 0's late messages (or rank 0 for rank 1's answer): either names the
+  // other.
+  EXPECT_NE(r.out.find("timed out after 1000 ms on rank"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("on rank 1: every rank arrived but rank 0, which this rank was "
+                         "waiting on") != std::string::npos ||
+              r.out.find("on rank 0: every rank arrived but rank 1, which this rank was "
+                         "waiting on") != std::string::npos)
+      << r.out;
+  EXPECT_EQ(by_id.at("memory"), "PASS") << r.out;
+}
+
 TEST(DoctorCli, ASlowLinkWarnsNetworkAndOnlyNetwork) {
   const CliResult r =
       run_cli(doctor({"--dp", "2", "--json"}), kLimitS, {"LATTICE_SLOW_LINK=0:1:50"});
