@@ -1,6 +1,9 @@
 #include "core/dtype.h"
 
+#include <type_traits>
+
 #include "core/error.h"
+#include "core/thread_budget.h"
 
 namespace lattice {
 
@@ -72,36 +75,69 @@ float fp16::to_float(uint16_t h) {
   return bits_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
-  auto load = [&](int64_t i) -> float {
-    switch (src_dtype) {
-      case DType::kF32:
-        return static_cast<const float*>(src)[i];
-      case DType::kBF16:
-        return float(static_cast<const bf16*>(src)[i]);
-      case DType::kF16:
-        return float(static_cast<const fp16*>(src)[i]);
-      case DType::kI32:
-        break;
-    }
-    LATTICE_THROW(DTypeError, "convert: source dtype {} is not a float type",
-                  dtype_name(src_dtype));
-  };
+namespace {
+
+float widen(float v) {
+  return v;
+}
+float widen(bf16 v) {
+  return float(v);
+}
+float widen(fp16 v) {
+  return float(v);
+}
+template <class D>
+D narrow(float v) {
+  if constexpr (std::is_same_v<D, float>) {
+    return v;
+  } else {
+    return D(v);
+  }
+}
+
+// One tight loop per (source, destination) pair, so that the compiler vectorises it; split over
+// the calling thread's budget when it is long (the bf16 compute copies of a whole model).
+// Only a thread with a budget of its own (a rank's) splits: another (a comm thread) stays serial.
+template <class S, class D>
+void convert_elements(const S* src, D* dst, int64_t count) {
+  const int threads = thread_budget();
+#if defined(LATTICE_USE_OPENMP)
+#pragma omp parallel for schedule(static) \
+    num_threads(threads > 0 ? threads : 1) if (threads > 1 && count >= (int64_t(1) << 18))
+#endif
+  for (int64_t i = 0; i < count; ++i) dst[i] = narrow<D>(widen(src[i]));
+}
+
+template <class S>
+void convert_from(const S* src, void* dst, DType dst_dtype, int64_t count) {
   switch (dst_dtype) {
     case DType::kF32:
-      for (int64_t i = 0; i < count; ++i) static_cast<float*>(dst)[i] = load(i);
-      return;
+      return convert_elements(src, static_cast<float*>(dst), count);
     case DType::kBF16:
-      for (int64_t i = 0; i < count; ++i) static_cast<bf16*>(dst)[i] = bf16(load(i));
-      return;
+      return convert_elements(src, static_cast<bf16*>(dst), count);
     case DType::kF16:
-      for (int64_t i = 0; i < count; ++i) static_cast<fp16*>(dst)[i] = fp16(load(i));
-      return;
+      return convert_elements(src, static_cast<fp16*>(dst), count);
     case DType::kI32:
       break;
   }
   LATTICE_THROW(DTypeError, "convert: destination dtype {} is not a float type",
                 dtype_name(dst_dtype));
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
+  switch (src_dtype) {
+    case DType::kF32:
+      return convert_from(static_cast<const float*>(src), dst, dst_dtype, count);
+    case DType::kBF16:
+      return convert_from(static_cast<const bf16*>(src), dst, dst_dtype, count);
+    case DType::kF16:
+      return convert_from(static_cast<const fp16*>(src), dst, dst_dtype, count);
+    case DType::kI32:
+      break;
+  }
+  LATTICE_THROW(DTypeError, "convert: source dtype {} is not a float type", dtype_name(src_dtype));
 }
 
 }  // namespace lattice
