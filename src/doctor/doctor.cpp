@@ -805,12 +805,23 @@ constexpr double kStallFactor = 50;
 constexpr double kStallSeconds = 20e-3;
 constexpr double kStallBytes = 64 * 1024;
 
+// The counters that rose over the probe, each as `format` of (name, rise).
+template <typename Format>
+std::vector<std::string> risen_counters(const std::map<std::string, int64_t>& deltas,
+                                        Format format) {
+  std::vector<std::string> risen;
+  for (const auto& [name, rise] : deltas) {
+    if (rise > 0) risen.push_back(format(name, rise));
+  }
+  return risen;
+}
+
 CheckResult check_network(const DoctorInput& in) {
   CheckResult r;
-  std::vector<std::string> paused;
-  for (const auto& [port, waits] : in.port_xmit_wait_during_probe) {
-    if (waits > 0) paused.push_back(fmt::format("{} ({} waits)", port, waits));
-  }
+  const std::vector<std::string> paused =
+      risen_counters(in.port_xmit_wait_during_probe, [](const std::string& port, int64_t waits) {
+        return fmt::format("{} ({} waits)", port, waits);
+      });
   if (!paused.empty()) {
     r.verdict = Verdict::kWarn;
     r.saw = fmt::format(
@@ -822,10 +833,10 @@ CheckResult check_network(const DoctorInput& in) {
         "spread the job off the congested port";
     return r;
   }
-  std::vector<std::string> pauses;
-  for (const auto& [counter, frames] : in.pause_frames_during_probe) {
-    if (frames > 0) pauses.push_back(fmt::format("{} +{}", counter, frames));
-  }
+  const std::vector<std::string> pauses =
+      risen_counters(in.pause_frames_during_probe, [](const std::string& counter, int64_t frames) {
+        return fmt::format("{} +{}", counter, frames);
+      });
   if (!pauses.empty()) {
     r.verdict = Verdict::kWarn;
     r.saw = fmt::format(
