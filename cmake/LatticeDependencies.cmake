@@ -10,6 +10,14 @@ set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
 find_package(MPI REQUIRED COMPONENTS C)
 # The gloo transport; libgloo-dev's config module defines the imported target `gloo`.
 find_package(Gloo REQUIRED)
+# The job secret's HMAC on every gloo connection (lattice launch).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# The rendezvous store across machines (Gloo's RedisStore; libhiredis-dev, imported directly).
+find_path(HIREDIS_INCLUDE_DIR hiredis/hiredis.h REQUIRED)
+find_library(HIREDIS_LIBRARY hiredis REQUIRED)
+add_library(Hiredis::hiredis UNKNOWN IMPORTED)
+set_target_properties(Hiredis::hiredis PROPERTIES IMPORTED_LOCATION ${HIREDIS_LIBRARY}
+                                                  INTERFACE_INCLUDE_DIRECTORIES ${HIREDIS_INCLUDE_DIR})
 # The machine's cores and NUMA nodes (lattice doctor); Debian's libhwloc-dev, imported directly.
 find_path(HWLOC_INCLUDE_DIR hwloc.h REQUIRED)
 find_library(HWLOC_LIBRARY hwloc REQUIRED)

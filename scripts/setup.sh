@@ -9,6 +9,8 @@ packages=(
   libdnnl-dev                      # matmul (fp32, bf16 on AMX / AVX512-BF16)
   libopenmpi-dev openmpi-bin       # the mpi transport
   libgloo-dev                      # the gloo transport (elastic runs under lattice launch)
+  libhiredis-dev libssl-dev        # its store across machines, the job secret's HMAC
+  redis-tools                      # redis-server, the store agent 0 serves (launch --nnodes)
   libhwloc-dev                     # cores and NUMA nodes (lattice doctor)
   ethtool                          # NIC pause-frame counters (lattice doctor network)
   libjs-chart.js                   # the charts lattice report inlines

@@ -17,12 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What a rank leaves in the staging directory once its shard file is written
-// (CommitOptions::record_writes): the manifest header and its write result.
-fs::path write_record_path(const fs::path& staging, int rank) {
-  return staging / fmt::format("written_rank_{:05d}.json", rank);
-}
-
 void record_write(const fs::path& staging, int rank, const Manifest& header,
                   const std::string& result) {
   const nlohmann::json record = {{"manifest", manifest_to_text(header)}, {"result", result}};
@@ -50,6 +44,19 @@ std::optional<int64_t> staging_step(const fs::path& dir) {
 }
 
 }  // namespace
+
+// What a rank leaves in the staging directory once its shard file is written
+// (CommitOptions::record_writes): the manifest header and its write result.
+fs::path write_record_path(const fs::path& staging, int rank) {
+  return staging / fmt::format("written_rank_{:05d}.json", rank);
+}
+
+bool CollectiveAsyncSaver::leads_its_root() const {
+  const int rank = world_.rank();
+  const std::vector<int>& nodes = options_.node_of_rank;
+  if (nodes.empty()) return rank == 0;
+  return std::find(nodes.begin(), nodes.end(), nodes.at(size_t(rank))) - nodes.begin() == rank;
+}
 
 std::optional<fs::path> commit_written_staging(const fs::path& root, const CommitOptions& options) {
   const CheckpointRoot checkpoints(root);
@@ -99,7 +106,7 @@ CollectiveAsyncSaver::~CollectiveAsyncSaver() {
       manifest_ ? manifest_->step : -1,
       options_.record_writes ? " (its written shards are kept for the next generation)" : "");
   // Recorded writes stay for the next generation to commit if every rank finished.
-  if (world_.rank() == 0 && manifest_ && !options_.record_writes) {
+  if (leads_its_root() && manifest_ && !options_.record_writes) {
     std::error_code ec;
     fs::remove_all(root_.staging_dir(manifest_->step), ec);
   }
@@ -116,7 +123,7 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   const int64_t step = manifest.step;
   const fs::path target = root_.step_dir(step);
   std::string error;
-  if (world_.rank() == 0) {
+  if (leads_its_root()) {
     error = capture_error([&] {
       fs::create_directories(root_.path());
       root_.prepare_staging(step);
@@ -137,6 +144,7 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
       outcome.result =
           rank_write_result_to_json(write_rank_shards(staging, rank, snapshot_.shards())).dump();
       if (options_.record_writes) record_write(staging, rank, header, outcome.result);
+      if (options_.replicate) options_.replicate(staging, rank);
     });
     return outcome;
   });
@@ -165,7 +173,7 @@ void CollectiveAsyncSaver::finish() {
   manifest_.reset();
   const int64_t step = manifest.step;
   const fs::path target = root_.step_dir(step);
-  const bool lead = world_.rank() == 0;
+  const bool lead = leads_its_root();
   auto abandon = [&] {  // only the staging directory, never a committed checkpoint
     if (!lead) return;
     std::error_code ec;
@@ -198,7 +206,20 @@ void CollectiveAsyncSaver::finish() {
         for (const std::string& text : results) {
           parsed.push_back(rank_write_result_from_json(nlohmann::json::parse(text)));
         }
-        if (options_.record_writes) remove_write_records(root_.staging_dir(step), world_.size());
+        const fs::path staging = root_.staging_dir(step);
+        // Another node's copy lacks a shard its replication did not bring (a peer lost while
+        // sending): that node keeps the previous step; rank 0's copy is the one that must hold.
+        if (world_.rank() != 0) {
+          for (const RankWriteResult& r : parsed) {
+            if (!fs::exists(staging / r.file.name)) {
+              spdlog::warn("snapshot {}: this node's copy lacks {}: not committed here",
+                           staging.string(), r.file.name);
+              abandon();
+              return;
+            }
+          }
+        }
+        if (options_.record_writes) remove_write_records(staging, world_.size());
         root_.commit(std::move(manifest), parsed, options_);
       });
       if (!error.empty()) abandon();  // before the outcome reaches anyone

@@ -45,6 +45,9 @@ namespace lattice {
 std::optional<std::filesystem::path> commit_written_staging(const std::filesystem::path& root,
                                                             const CommitOptions& options = {});
 
+// The record rank `rank` leaves in a staging directory once its shard file is written.
+std::filesystem::path write_record_path(const std::filesystem::path& staging, int rank);
+
 class CollectiveAsyncSaver {
  public:
   // `world`: every rank of the run (DeviceMesh::world()); used only from the thread calling
@@ -89,6 +92,8 @@ class CollectiveAsyncSaver {
   // The collective end of the save in flight; its error, if any, is kept in error_.
   void finish();
   void rethrow_kept_error();
+  // The rank that prepares and commits this rank's root: rank 0, or its node's first.
+  bool leads_its_root() const;
 
   CheckpointRoot root_;
   Communicator& world_;

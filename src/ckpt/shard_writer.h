@@ -90,6 +90,14 @@ struct CommitOptions {
   // the staging directory, and a save abandoned in flight keeps its staging directory, so that
   // the next generation can commit a save every rank had written (commit_written_staging).
   bool record_writes = false;
+  // Elastic snapshots over several nodes, each writing to a root of its own (its shared memory):
+  // the node of each world rank. Each node's first rank prepares and commits its node's copy;
+  // empty: one root every rank shares, rank 0 commits.
+  std::vector<int> node_of_rank = {};
+  // With node_of_rank: called on the write thread once this rank's shard and its record are
+  // written, to copy them to another node's root (and receive that node's copies), so that a lost
+  // node loses no state; a throw fails this rank's write.
+  std::function<void(const std::filesystem::path& staging, int rank)> replicate = {};
 };
 
 // A directory of checkpoints step_N plus the `latest` pointer.

@@ -1,5 +1,6 @@
-// `lattice launch --nproc-per-node N [--max-restarts K] [--min-ranks R] [--spares S]
-// [--grace-s S] -- train CONFIG [flags]`: the elastic engine on one machine (docs/elastic.md).
+// `lattice launch --nproc-per-node N [--nnodes M --node-rank K --rdzv HOST:PORT --secret-file F]
+// [--max-restarts K] [--min-ranks R] [--spares S] [--grace-s S] -- train CONFIG [flags]`: the
+// elastic engine, one agent per machine (docs/elastic.md).
 // The agent starts N rank processes of `lattice train ... --transport gloo` (and S idle
 // spares), watches their heartbeats and progress, keeps their in-memory snapshots, and when a
 // rank dies, stops or hangs replaces it (a spare or a new process) while the survivors rejoin
@@ -7,8 +8,12 @@
 // is forwarded: the ranks finish their step, write a durable checkpoint under output.dir and
 // exit 0.
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -17,6 +22,7 @@
 #include "core/error.h"
 #include "core/stop_request.h"
 #include "elastic/agent.h"
+#include "elastic/job_secret.h"
 #include "train/train_config.h"
 
 namespace lattice::cli {
@@ -26,20 +32,76 @@ namespace {
 struct LaunchArgs {
   int nproc_per_node = 1;
   int max_restarts = 3;
-  int min_ranks = 0;  // 0: --nproc-per-node (no shrinking)
+  int min_ranks = 0;  // 0: every rank of the job (no shrinking)
   int spares = 0;
   double grace_s = 30.0;
   int cores_per_rank = 0;  // 0: the ranks share the agent's cores
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rdzv;
+  std::string secret_file;
+  std::string bind_addr;
+  double rdzv_timeout_s = 60;
   std::vector<std::string> command;
 };
+
+// The job's secret: LATTICE_JOB_SECRET, or --secret-file (agent 0 writes a new one there when it
+// does not exist; the others read it), or, on one node, a fresh one nobody else needs.
+std::string job_secret(const LaunchArgs& args) {
+  if (const char* env = std::getenv("LATTICE_JOB_SECRET"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  if (!args.secret_file.empty()) {
+    if (std::optional<std::string> secret = read_job_secret(args.secret_file)) return *secret;
+    if (args.node_rank == 0) {
+      const std::string secret = make_job_secret();
+      write_job_secret(args.secret_file, secret);
+      return secret;
+    }
+    // On a shared directory agent 0 may write it a moment after this agent starts.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(int64_t(args.rdzv_timeout_s * 1e3));
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::optional<std::string> secret = read_job_secret(args.secret_file)) return *secret;
+    }
+    LATTICE_THROW(ConfigError,
+                  "--secret-file {} did not appear within {} s ---> HINT: agent 0 (--node-rank "
+                  "0) writes it; copy it to this node (mode 600) or share the directory",
+                  args.secret_file, args.rdzv_timeout_s);
+  }
+  if (args.nnodes > 1) {
+    LATTICE_THROW(ConfigError,
+                  "--nnodes {} needs the job's secret on every agent: --secret-file F (agent 0 "
+                  "writes it) or LATTICE_JOB_SECRET ---> HINT: lattice launch --nnodes {} "
+                  "--node-rank K --rdzv HOST:PORT --secret-file ~/.lattice-job-secret ...",
+                  args.nnodes, args.nnodes);
+  }
+  return make_job_secret();
+}
 
 void run_launch(const LaunchArgs& args) {
   AgentOptions options = launch_options(args.nproc_per_node, args.command);
   options.max_restarts = args.max_restarts;
-  options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node;
   options.grace_s = args.grace_s;
   options.spares = args.spares;
   options.cores_per_rank = args.cores_per_rank;
+  options.nnodes = args.nnodes;
+  options.node_rank = args.node_rank;
+  options.rdzv = args.rdzv;
+  options.bind_addr = args.bind_addr;
+  options.rdzv_timeout_s = args.rdzv_timeout_s;
+  options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node * args.nnodes;
+  if (args.nnodes > 2 && options.elastic.snapshot_every > 0) {
+    LATTICE_THROW(ConfigError,
+                  "--nnodes {} with in-memory snapshots: each node's copy holds its own ranks' "
+                  "shards and the previous node's, which restores a lost node only on 2 nodes "
+                  "(gathering a copy from several nodes is not built yet) ---> HINT: run on 2 "
+                  "nodes, or set elastic.snapshot_every = 0 and pass --resume auto with "
+                  "output.checkpoint_every (recovery then resumes from the durable checkpoints)",
+                  args.nnodes);
+  }
+  options.secret = job_secret(args);
   install_stop_request_handlers();
   Agent agent(std::move(options));
   if (agent.run() != 0) {
@@ -87,6 +149,23 @@ void register_launch_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "launch", "Run a training job as elastic rank processes that recover from failures");
   cmd->add_option("--nproc-per-node", args->nproc_per_node, "Rank processes on this machine")
+      ->check(positive_number());
+  cmd->add_option("--nnodes", args->nnodes, "Machines of the job, one agent on each")
+      ->check(positive_number());
+  cmd->add_option("--node-rank", args->node_rank,
+                  "This machine's agent, 0 .. --nnodes - 1; agent 0 serves the store and decides")
+      ->check(non_negative_number());
+  cmd->add_option("--rdzv", args->rdzv,
+                  "HOST:PORT of agent 0's store (an address of agent 0's machine), the same on "
+                  "every node (--nnodes > 1)");
+  cmd->add_option("--secret-file", args->secret_file,
+                  "The job's secret (mode 600): agent 0 writes a new one when it does not exist, "
+                  "the others read it; or set LATTICE_JOB_SECRET");
+  cmd->add_option("--bind-addr", args->bind_addr,
+                  "The address this node's ranks connect from (default: the one that reaches "
+                  "--rdzv)");
+  cmd->add_option("--rdzv-timeout-s", args->rdzv_timeout_s,
+                  "How long the agents wait for each other at the start")
       ->check(positive_number());
   cmd->add_option("--max-restarts", args->max_restarts,
                   "Failures of one rank the job recovers from before it ends")

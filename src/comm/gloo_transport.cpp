@@ -9,9 +9,15 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <netdb.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <filesystem>
 #include <iterator>
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "comm/hash_mix.h"
+#include "comm/redis_store.h"
 #include "comm/reduce_kernels.h"
 
 namespace lattice {
@@ -252,6 +259,11 @@ class GlooPendingSend : public PendingSend {
 };
 
 std::shared_ptr<GlooTransport> GlooTransport::create(const GlooOptions& options) {
+  if (is_redis_store(options.store_path)) {
+    const std::unique_ptr<RedisStore> store = RedisStore::connect(
+        parse_store_address(options.store_path), options.secret, options.timeout);
+    return create(*store, options);
+  }
   std::error_code ec;
   if (options.store_path.empty() || !std::filesystem::is_directory(options.store_path, ec)) {
     LATTICE_THROW(ConfigError,
@@ -305,8 +317,79 @@ std::shared_ptr<GlooTransport> GlooTransport::create(gloo::rendezvous::Store& st
                   describe_store(options), options.rank, options.size, options.timeout.count(),
                   e.what());
   }
-  return std::shared_ptr<GlooTransport>(
+  std::shared_ptr<GlooTransport> transport(
       new GlooTransport(options.rank, options.size, std::move(context)));
+  if (!options.secret.empty()) transport->authenticate(options.secret, options.prefix, deadline);
+  return transport;
+}
+
+namespace {
+
+using Digest = std::array<unsigned char, 32>;
+
+// What rank `answering` proves to rank `asking` about the challenge `challenge`: bound to the
+// generation's prefix and to both ranks, so an answer cannot be replayed on another pair.
+Digest answer_for(const std::string& secret, const std::string& prefix, int answering, int asking,
+                  const Digest& challenge) {
+  std::string message = fmt::format("lattice-mesh|{}|{}|{}|", prefix, answering, asking);
+  message.append(reinterpret_cast<const char*>(challenge.data()), challenge.size());
+  Digest digest{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), int(secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest.data(),
+       &length);
+  LATTICE_CHECK_EQ(size_t(length), digest.size(), "HMAC-SHA256 length");
+  return digest;
+}
+
+// The messages of the handshake, apart from every Communicator's (whose contexts are hashes).
+constexpr uint64_t kAuthContext = 0x4c41545441555448ull;  // "LATTAUTH"
+
+}  // namespace
+
+void GlooTransport::authenticate(const std::string& secret, const std::string& prefix,
+                                 Deadline deadline) {
+  const size_t n = size_t(size_);
+  std::vector<Digest> challenges(n), theirs(n), answers(n);
+  std::vector<PendingSendPtr> sends;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    LATTICE_CHECK_EQ(RAND_bytes(challenges[size_t(p)].data(), int(Digest().size())), 1,
+                     "RAND_bytes");
+    sends.push_back(post_send(p, {kAuthContext, 1}, challenges[size_t(p)].data(), sizeof(Digest)));
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    recv(p, {kAuthContext, 1}, theirs[size_t(p)].data(), sizeof(Digest), deadline);
+    answers[size_t(p)] = answer_for(secret, prefix, rank_, p, theirs[size_t(p)]);
+    sends.push_back(post_send(p, {kAuthContext, 2}, answers[size_t(p)].data(), sizeof(Digest)));
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    Digest answer{};
+    recv(p, {kAuthContext, 2}, answer.data(), sizeof(Digest), deadline);
+    const Digest expected = answer_for(secret, prefix, p, rank_, challenges[size_t(p)]);
+    if (CRYPTO_memcmp(answer.data(), expected.data(), answer.size()) != 0) {
+      const std::string what = fmt::format(
+          "the connection that claims to be rank {} did not prove it holds the "
+          "job's secret: refused",
+          p);
+      spdlog::error("gloo transport, rank {}: {}", rank_, what);
+      record_failure(what);
+      // Close every connection (see fail()): nothing more is read from or sent to it.
+      try {
+        context_->createUnboundBuffer(g_empty, 0)->waitRecv(nullptr, milliseconds(0));
+      } catch (const std::exception&) {
+      }
+      sends.clear();
+      LATTICE_THROW(CommError,
+                    "gloo transport, rank {}: {} ---> HINT: every rank of a job must be started "
+                    "by its agents with the job's secret (lattice launch --secret-file); a "
+                    "process that is not part of the job may be connecting to this host's ports",
+                    rank_, what);
+    }
+  }
+  for (PendingSendPtr& send : sends) send->wait(deadline);
 }
 
 GlooTransport::GlooTransport(int rank, int size, std::shared_ptr<gloo::Context> context)
@@ -366,8 +449,27 @@ void GlooTransport::retire(std::unique_ptr<UnboundBuffer> buffer) {
 }  // `old` is destroyed here, outside the lock
 
 void GlooTransport::record_failure(const std::string& what) {
+  std::function<void()> listener;
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (!failure_.empty()) return;
+    failure_ = what;
+    listener = std::move(failure_listener_);
+  }
+  if (listener) listener();
+}
+
+void GlooTransport::on_failure(std::function<void()> listener) {
   std::lock_guard lock(failure_mutex_);
-  if (failure_.empty()) failure_ = what;
+  failure_listener_ = std::move(listener);
+}
+
+void GlooTransport::abort(const std::string& why) {
+  record_failure(why);
+  try {
+    context_->createUnboundBuffer(g_empty, 0)->waitRecv(nullptr, milliseconds(0));
+  } catch (const std::exception&) {
+  }
 }
 
 std::string GlooTransport::first_failure() const {

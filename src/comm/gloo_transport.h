@@ -53,8 +53,13 @@ namespace lattice {
 struct GlooOptions {
   int rank = 0;
   int size = 1;
-  // Directory of the gloo::rendezvous::FileStore the ranks share (LATTICE_STORE).
+  // The store the ranks share (LATTICE_STORE): a gloo::rendezvous::FileStore directory, or
+  // "redis://HOST:PORT", the store agent 0 of a multi-node `lattice launch` serves.
   std::string store_path;
+  // The job's secret (LATTICE_JOB_SECRET). Non-empty: the Redis store is opened with it, and
+  // every connection of the mesh must prove it holds it before create() returns (authenticate
+  // below); a peer that cannot is refused, logged and named in a CommError.
+  std::string secret;
   // Key prefix, one per generation of an elastic job ("gen3/"), so that a restarted world never
   // meets an old one's keys.
   std::string prefix;
@@ -96,7 +101,16 @@ class GlooTransport : public Transport, public std::enable_shared_from_this<Gloo
   // with probability about 2^-64.
   static uint64_t slot(MessageKey key, size_t bytes);
 
+  // Fails every call now and later and closes the connections (peers fail at once).
+  void abort(const std::string& why);
+  // Called once, on the thread that found it, when this transport first fails.
+  void on_failure(std::function<void()> listener);
+
  private:
+  // Gloo's TCP pairs admit any process that connects first. So each rank sends every peer a
+  // fresh random challenge, answers each peer's with HMAC-SHA256(secret, prefix, both ranks,
+  // challenge), and checks the answers to its own, before a byte of training data moves.
+  void authenticate(const std::string& secret, const std::string& prefix, Deadline deadline);
   friend class GlooPendingSend;
   GlooTransport(int rank, int size, std::shared_ptr<gloo::Context> context);
   void check_peer(int peer, const char* what) const;
@@ -116,6 +130,7 @@ class GlooTransport : public Transport, public std::enable_shared_from_this<Gloo
   std::shared_ptr<gloo::Context> context_;
   mutable std::mutex failure_mutex_;
   std::string failure_;  // the first failure, quoted by every later error
+  std::function<void()> failure_listener_;
   std::mutex retired_mutex_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired_;
 };

@@ -19,6 +19,13 @@
 // dropped instead (the world shrinks, down to --min-ranks; the ranks refit the layout keeping
 // the global batch); three failures at one step, or a rank refusing its input, end the job. A
 // rank whose compute per step is far above the others' is reported as a straggler, not killed.
+//
+// On several machines (--nnodes M) there is one agent per node. Agent 0 (--node-rank 0) serves
+// the job's store (store_server.h) at --rdzv and is the only one that decides: the others start,
+// assign and kill their node's processes on its orders, and report their processes' records to
+// it through the store every poll (agent_channel.h). Agent 0 judges every rank as above, and a
+// node whose agent stops reporting for elastic.heartbeat_timeout_s is lost with all its ranks. An
+// agent that loses agent 0 kills its ranks and ends: the job ends (docs/elastic.md).
 #pragma once
 
 #include "core/statistics.h"
@@ -31,7 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "elastic/agent_channel.h"
 #include "elastic/rank_status.h"
+#include "elastic/store_server.h"
 #include "train/train_config.h"
 
 namespace lattice {
@@ -41,11 +50,19 @@ namespace lattice {
 inline constexpr int kInvalidInputExitCode = 3;
 
 struct AgentOptions {
-  int nproc = 1;         // ranks on this node (the world, on one node)
-  int spares = 0;        // processes started idle, each to take a failed rank's place
-  int max_restarts = 3;  // restarts allowed per rank
-  int min_ranks = 1;     // a rank failing more often is dropped while the world stays >= this
-  double grace_s = 30;   // SIGTERM: how long the ranks have to checkpoint and exit
+  int nproc = 1;       // ranks on each node (the world, on one node)
+  int nnodes = 1;      // agents of the job, one per node
+  int node_rank = 0;   // this agent's; 0 serves the store and decides
+  std::string rdzv;    // HOST:PORT of agent 0's store (--nnodes > 1)
+  std::string secret;  // the job's (job_secret.h): the store and every gloo connection ask it
+  // The address this node's ranks bind their gloo connections to and advertise (empty: the
+  // address this machine reaches --rdzv from, or 127.0.0.1 on one node).
+  std::string bind_addr;
+  double rdzv_timeout_s = 60;  // how long agent 0 waits for the others, and they for its store
+  int spares = 0;              // processes started idle, each to take a failed rank's place
+  int max_restarts = 3;        // restarts allowed per rank
+  int min_ranks = 1;           // a rank failing more often is dropped while the world stays >= this
+  double grace_s = 30;         // SIGTERM: how long the ranks have to checkpoint and exit
   // The rank command after `--`: "train", CONFIG, its flags (`--transport gloo` is added).
   std::vector<std::string> command;
   std::filesystem::path executable;  // the lattice binary the ranks run
@@ -97,11 +114,14 @@ class Agent {
   int world() const { return int(ranks_.size()); }  // ranks of the current generation
 
  private:
-  // One process the agent started: a rank of the current generation or a waiting spare.
+  // One process of the job: a rank of the current generation or a waiting spare. Agent 0 keeps
+  // the other nodes' too, as their agents last reported them.
   struct Process {
-    int id = -1;  // its status record, process<id>.status
+    int id = -1;  // its status record on its node, process<id>.status
+    int node = 0;
     pid_t pid = -1;
-    std::optional<RankStatusMap> status;
+    std::optional<RankStatusMap> status;  // this node's processes
+    ProcessReport report;                 // another node's, as its agent last reported it
     bool exited = false;
     int exit_code = 0;  // when exited normally
     int signal = 0;     // when killed by a signal
@@ -110,9 +130,21 @@ class Agent {
     StragglerStreak slow;
   };
 
-  // Starts a process; with `rank` >= 0 it is assigned that rank of the current generation.
-  Process spawn(int rank);
+  // Starts a process on `node` (its agent's, when not this one); with `rank` >= 0 it is
+  // assigned that rank of the current generation.
+  Process spawn(int rank, int node);
+  Process spawn_here(int id, int rank, const Assignment& assignment);
   void assign(Process& process, int rank);
+  static void write_assignment(RankStatus& status, const Assignment& assignment);
+  Assignment assignment_for(int rank) const;
+  ProcessReport view(const Process& process) const;
+  bool here(const Process& process) const { return process.node == options_.node_rank; }
+  // Agent 0 of several: waits for every agent, reads their reports, finds a lost node.
+  void meet_agents();
+  void log_refused_clients();
+  std::optional<RankFailure> read_reports();
+  // The other agents' loop: follow agent 0's orders, report this node's processes.
+  int follow();
   // Reaps `process` if it ended; true when it has.
   bool reap(Process& process);
   // Reaps exits and checks liveness; returns the failure of this poll, if any.
@@ -122,15 +154,20 @@ class Agent {
   bool recover(RankFailure& failure);
   RankFailure describe(int culprit, const std::string& cause, double detected_after_s) const;
   std::string rank_state(int r) const;
+  std::string host_of(const Process& process) const;
   void kill(Process& process);
   void kill_all();
   bool all_exited_ok() const;
+  void tell_agents_to_exit(int code);
   // SIGTERM: forward to the ranks, wait for them up to the grace period.
   int terminate();
   void time_recovery();
 
   AgentOptions options_;
   std::filesystem::path job_dir_;
+  std::unique_ptr<StoreServer> store_server_;  // agent 0 of several
+  std::unique_ptr<AgentChannel> channel_;      // every agent of several
+  std::map<int, NodeState> nodes_;             // agent 0: the other agents, by node
   std::vector<int> cpus_;  // the agent's CPUs, when --cores-per-rank binds the ranks
   int64_t generation_ = 0;
   int next_process_ = 0;

@@ -8,6 +8,7 @@
 
 #include "comm/gloo_transport.h"
 #include "core/rank_progress.h"
+#include "elastic/snapshot_replica.h"
 
 namespace lattice {
 namespace {
@@ -23,6 +24,9 @@ void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommCon
   LATTICE_CHECK(session.agent().has_value(), "run_elastic_rank needs a rank started by an agent");
   const std::string store = environment("LATTICE_STORE", "");
   const std::string bind_addr = environment("LATTICE_BIND_ADDR", "127.0.0.1");
+  const std::string secret = environment("LATTICE_JOB_SECRET", "");
+  const int nnodes = std::stoi(environment("LATTICE_NNODES", "1"));
+  const int32_t node = std::stoi(environment("LATTICE_NODE", "0"));
   int64_t after = -1;  // the last generation this process joined
   std::string lost;    // why it left it
   for (;;) {
@@ -43,20 +47,36 @@ void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommCon
       options.rank = assignment->rank;
       options.size = assignment->world;
       options.store_path = store;
+      options.secret = secret;
       options.prefix = "gen" + std::to_string(generation) + "/";
       options.hostname = bind_addr;
       options.timeout = config.timeout;
       options.abandon = [&session, generation] {
         return session.assignment().generation > generation;
       };
-      Communicator world(GlooTransport::create(options), config);
+      const std::shared_ptr<GlooTransport> transport = GlooTransport::create(options);
+      Communicator world(transport, config);
+      if (nnodes > 1) {
+        // The snapshots' copies to another node travel on a world of their own; it fails with
+        // this one, so that a write thread sending to a lost peer is not left waiting.
+        std::vector<int32_t> nodes(size_t(world.size()));
+        world.all_gather(&node, nodes.data(), 1, DType::kI32, {.algorithm = Algorithm::kRing});
+        GlooOptions replica = options;
+        replica.prefix += "replica/";
+        std::shared_ptr<GlooTransport> copies = GlooTransport::create(replica);
+        transport->on_failure([copies] { copies->abort("the generation's world failed"); });
+        session.set_replication(std::make_shared<SnapshotReplicator>(
+            copies, std::vector<int>(nodes.begin(), nodes.end()), config.timeout));
+      }
       body(world, *assignment);
+      session.set_replication(nullptr);
       return;
     } catch (const CommError& e) {
       lost = e.what();
     } catch (const TimeoutError& e) {
       lost = e.what();
     }
+    session.set_replication(nullptr);
     after = generation;
     spdlog::warn(
         "rank {} of generation {} lost its world and waits for the agent's next generation: {}",

@@ -27,7 +27,9 @@ using ElasticRankBody = std::function<void(Communicator& world, const Assignment
 
 // `config.timeout` is also how long a rank that lost its peers waits for the agent's next
 // assignment before it gives up with the error that ended its generation. LATTICE_STORE (the
-// rendezvous FileStore) and LATTICE_BIND_ADDR come from the environment the agent set.
+// rendezvous FileStore, or agent 0's Redis store across nodes), LATTICE_BIND_ADDR and
+// LATTICE_JOB_SECRET (every connection proves it: comm/gloo_transport.h) come from the
+// environment the agent set.
 void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommConfig config);
 
 }  // namespace lattice

@@ -18,6 +18,7 @@
 
 #include "elastic/fault_injection.h"
 #include "elastic/rank_status.h"
+#include "elastic/snapshot_replica.h"
 #include "train/train_config.h"
 
 namespace lattice {
@@ -74,6 +75,12 @@ class RankSession {
   void check_current() const;
   // Where this job's in-memory snapshots live (under an agent).
   std::optional<std::filesystem::path> snapshots() const;
+  // Several nodes: how this generation's snapshots reach another node (set by
+  // run_elastic_rank for the generation it runs; null on one node).
+  void set_replication(std::shared_ptr<const SnapshotReplicator> replication) {
+    replication_ = std::move(replication);
+  }
+  const SnapshotReplicator* replication() const { return replication_.get(); }
   // Leaves the error that ends this rank in its status record, for the agent's report.
   void record_error(std::string_view message);
 
@@ -83,6 +90,7 @@ class RankSession {
   std::optional<FaultInjector> faults_;
   std::unique_ptr<RankStatusReporter> reporter_;
   int64_t generation_ = 0;
+  std::shared_ptr<const SnapshotReplicator> replication_;
 };
 
 }  // namespace lattice

@@ -80,16 +80,57 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   options.commit.fence = [session] { session->check_current(); };
   // A snapshot every rank wrote survives its world's loss: the next generation commits it.
   options.commit.record_writes = true;
+  // Several nodes: each writes its own copy, holding the previous node's shards too.
+  if (const SnapshotReplicator* replication = session->replication()) {
+    options.commit.node_of_rank = replication->node_of_rank();
+    options.commit.replicate = [replication](const std::filesystem::path& staging, int rank) {
+      replication->replicate(staging, rank);
+    };
+  }
   std::optional<TrainerCheckpointer> snapshots;
   snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
   return snapshots;
+}
+
+// Several nodes: every rank restores the same step, the oldest of the newest each node's copy
+// holds (a node whose replication of the newest did not finish has the one before). A node
+// whose copy lacks it cannot restore (docs/elastic.md, what survives which fault).
+std::optional<ResumeChoice> agree_on_snapshot(Communicator& world,
+                                              const std::filesystem::path& root,
+                                              const std::optional<ResumeChoice>& mine) {
+  // Steps fit 32 bits (a billion steps is beyond any run).
+  const int32_t step = mine ? int32_t(mine->step) : -1;
+  std::vector<int32_t> steps(size_t(world.size()));
+  world.all_gather(&step, steps.data(), 1, DType::kI32, {.algorithm = Algorithm::kRing});
+  const int64_t newest = *std::max_element(steps.begin(), steps.end());
+  if (newest < 0) return std::nullopt;
+  const int64_t agreed = *std::min_element(steps.begin(), steps.end());
+  const std::filesystem::path dir = CheckpointRoot(root).step_dir(agreed);
+  std::string error;
+  if (agreed < 0 || !std::filesystem::exists(dir)) {
+    error = fmt::format(
+        "rank {}: this node's copy of the in-memory snapshots lacks step {} (the others hold "
+        "up to step {}) ---> HINT: a node that joined empty, or more than one node lost, "
+        "cannot be restored from memory; resume from a durable checkpoint (--resume auto)",
+        world.rank(), std::max<int64_t>(agreed, 0), newest);
+  }
+  expect_all_succeeded(world, error, "agreeing on the snapshot to restore", root,
+                       std::chrono::seconds(60));
+  return ResumeChoice{.dir = dir, .step = agreed, .skipped = {}};
 }
 
 // Loads the newest in-memory snapshot of the job, if there is one (a generation after a
 // failure); every rank reads its part. Returns whether it did.
 bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator& world) {
   if (session == nullptr || !session->snapshots()) return false;
-  const bool lead = world.rank() == 0;
+  // One node: rank 0 commits the shared copy. Several: each node's first rank its node's copy.
+  const SnapshotReplicator* replication = session->replication();
+  bool lead = world.rank() == 0;
+  if (replication != nullptr) {
+    const std::vector<int>& nodes = replication->node_of_rank();
+    lead = std::find(nodes.begin(), nodes.end(), nodes[size_t(world.rank())]) - nodes.begin() ==
+           world.rank();
+  }
   // The previous world may have lost a rank after every rank had written the snapshot of the
   // step before but before they committed it together: committed now, so that the step lost is
   // only the one in flight. The others wait for the outcome.
@@ -105,12 +146,13 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
   }
   expect_all_succeeded(world, error, "completing the last written snapshot", *session->snapshots(),
                        std::chrono::seconds(60));
-  const std::optional<ResumeChoice> choice = resume_auto(*session->snapshots());
+  std::optional<ResumeChoice> choice = resume_auto(*session->snapshots());
+  if (replication != nullptr) choice = agree_on_snapshot(world, *session->snapshots(), choice);
   if (!choice) return false;
   report_step(choice->step);
   const PhaseScope recovery(Phase::kRecovery);
   load_trainer_checkpoint(choice->dir, trainer);
-  if (lead) {
+  if (world.rank() == 0) {
     fmt::print("restored from the in-memory snapshot of step {} (generation {})\n", choice->step,
                session->generation());
   }

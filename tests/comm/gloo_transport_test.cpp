@@ -563,6 +563,46 @@ TEST(GlooRendezvous, RanksDisagreeingOnTheWorldSizeAreRefused) {
   EXPECT_TRUE(contains(error, "rank 1 joined a world of 3 ranks, but rank 0 expects 2")) << error;
 }
 
+// Every connection of a job proves it holds the job's secret before create() returns: ranks
+// with the same secret connect and reduce; a rank with another secret is refused by its peer,
+// named, and nothing of the job's data is exchanged with it.
+TEST(GlooSecret, RanksWithTheJobsSecretConnectAndAStrangerIsRefused) {
+  for (const bool stranger : {false, true}) {
+    gloo::rendezvous::HashStore store;
+    std::vector<std::string> errors(2);
+    auto rank_main = [&](int rank) {
+      GlooOptions options;
+      options.rank = rank;
+      options.size = 2;
+      options.timeout = 5000ms;
+      options.secret = rank == 1 && stranger ? "another-secret-of-32-characters-x"
+                                             : "the-jobs-secret-of-32-characters-y";
+      try {
+        Communicator world(GlooTransport::create(store, options));
+        float x = 1.0f;
+        world.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum);
+        EXPECT_EQ(x, 2.0f);
+      } catch (const CommError& e) {
+        errors[size_t(rank)] = e.what();
+      }
+    };
+    std::jthread other(rank_main, 1);
+    rank_main(0);
+    other.join();
+    if (!stranger) {
+      EXPECT_EQ(errors[0], "");
+      EXPECT_EQ(errors[1], "");
+      continue;
+    }
+    // Each side finds the other's answer wrong (or its connection closed by the other's refusal).
+    EXPECT_TRUE(contains(errors[0],
+                         "the connection that claims to be rank 1 did not prove it "
+                         "holds the job's secret: refused"))
+        << errors[0];
+    EXPECT_FALSE(errors[1].empty());
+  }
+}
+
 // The launcher's store: a FileStore directory, one key prefix per generation. A restarted world
 // (the next generation) meets in the same directory without meeting the old keys; reusing a
 // generation is refused instead of connecting to addresses of processes that are gone.

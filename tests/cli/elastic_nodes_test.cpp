@@ -1,0 +1,262 @@
+// `lattice launch --nnodes 2` through the executable, both "nodes" on this machine: two agents,
+// agent 0 serving the job's store, each with its own shared memory. The job across two agents
+// trains bitwise as one agent with all the ranks; a rank killed on the other node comes back
+// from the in-memory snapshot; a node lost with its shared memory is restored from the replica
+// on the surviving node; a process without the job's secret is refused and logged
+// (docs/elastic.md, "Several nodes").
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <regex>
+#include <thread>
+
+#include "cli/cli_run.h"
+#include "train/test_corpus.h"
+
+namespace lattice::testing {
+namespace {
+
+constexpr double kLimitS = 120;
+
+// A port nothing listens on now (the kernel's pick).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t length = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+double last_loss(const std::filesystem::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  std::smatch m;
+  if (!std::regex_search(last, m, std::regex("\"loss\":([-0-9.e+]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+class ElasticNodes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ =
+        new std::filesystem::path(make_corpus_dir("elastic_nodes_" + std::to_string(::getpid())));
+    config_ = new std::filesystem::path(
+        write_tiny_config(*data_, 40, "[eval]\ninterval = 0\nbatches = 2\n"));
+  }
+  static void TearDownTestSuite() {
+    const std::string suffix = fmt::format("_{}", ::getpid());
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with("lattice_elastic_nodes_") && name.ends_with(suffix)) {
+        std::filesystem::remove_all(entry.path());
+      }
+    }
+    std::filesystem::remove_all(*data_);
+    delete data_;
+    delete config_;
+  }
+
+  static std::filesystem::path out_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("lattice_elastic_nodes_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+
+  // The train command after `--`: the global batch 12 on `world` ranks (micro-batch 12/world).
+  static std::vector<std::string> train(int world, const std::filesystem::path& out,
+                                        std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"train",
+                                     config_->string(),
+                                     "--dp",
+                                     std::to_string(world),
+                                     "--deterministic",
+                                     "--set",
+                                     fmt::format("batch.micro_batch={}", 12 / world),
+                                     "--set",
+                                     "output.dir=" + out.string(),
+                                     "--metrics",
+                                     (out / "metrics.jsonl").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  // One agent of a 2-node job with `nproc` ranks each.
+  static std::vector<std::string> agent(int node, int nproc, int port,
+                                        const std::filesystem::path& dir,
+                                        std::vector<std::string> launch_flags,
+                                        std::vector<std::string> extra_train = {}) {
+    std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch",
+                                     "--nproc-per-node", std::to_string(nproc),
+                                     "--nnodes",         "2",
+                                     "--node-rank",      std::to_string(node),
+                                     "--rdzv",           fmt::format("127.0.0.1:{}", port),
+                                     "--secret-file",    (dir / "secret").string()};
+    args.insert(args.end(), launch_flags.begin(), launch_flags.end());
+    args.push_back("--");
+    for (std::string& a : train(2 * nproc, dir / "out", std::move(extra_train))) {
+      args.push_back(std::move(a));
+    }
+    return args;
+  }
+
+  // The same job under one agent: the baseline.
+  static std::filesystem::path one_agent(int world, const std::string& name,
+                                         std::vector<std::string> extra = {}) {
+    const auto dir = out_dir(name);
+    std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node",
+                                     std::to_string(world), "--"};
+    for (std::string& a : train(world, dir / "out", std::move(extra))) args.push_back(a);
+    const CliResult r = run_cli(args, kLimitS);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    return dir / "out";
+  }
+
+  static void expect_same_final(const std::filesystem::path& a, const std::filesystem::path& b,
+                                int ranks) {
+    for (int r = 0; r < ranks; ++r) {
+      const std::string file = fmt::format("final/rank_{:05d}.safetensors", r);
+      ASSERT_TRUE(std::filesystem::exists(a / file)) << a / file;
+      EXPECT_TRUE(same_bytes(a / file, b / file)) << file << " differs";
+    }
+  }
+
+  static std::filesystem::path* data_;
+  static std::filesystem::path* config_;
+};
+std::filesystem::path* ElasticNodes::data_ = nullptr;
+std::filesystem::path* ElasticNodes::config_ = nullptr;
+
+TEST_F(ElasticNodes, TwoAgentsTrainBitwiseAsOneAgentWithAllTheRanks) {
+  const auto base = one_agent(2, "one_agent2");
+  const auto dir = out_dir("two_agents");
+  const int port = free_port();
+  CliProcess other(agent(1, 1, port, dir, {}));
+  const CliResult r = run_cli(agent(0, 1, port, dir, {}), kLimitS);
+  const CliResult o = other.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_EQ(o.exit_code, 0) << o.all();
+  EXPECT_NE(r.err.find(fmt::format("2 agents met at 127.0.0.1:{}", port)), std::string::npos)
+      << r.err;
+  expect_same_final(dir / "out", base, 2);
+  // The secret agent 0 made is the user's alone.
+  EXPECT_EQ(std::filesystem::status(dir / "secret").permissions() &
+                (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+            std::filesystem::perms::none);
+}
+
+TEST_F(ElasticNodes, ARankKilledOnTheOtherNodeComesBackFromTheSnapshotBitwise) {
+  const auto base = one_agent(2, "one_agent2_kill");
+  const auto dir = out_dir("kill_other_node");
+  const int port = free_port();
+  CliProcess other(agent(1, 1, port, dir, {}), {"LATTICE_FAULT=kill@backward:1:5"});
+  const CliResult r = run_cli(agent(0, 1, port, dir, {}), kLimitS);
+  const CliResult o = other.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_EQ(o.exit_code, 0) << o.all();
+  EXPECT_NE(r.err.find("rank 1 failed in generation 0 at step 5: killed by signal 9"),
+            std::string::npos)
+      << r.err;
+  // Rank 0 kept in its process on node 0, rank 1 a new process on node 1.
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(
+          R"(generation 1: ranks 0 \(node 0, process 0, kept\), 1 \(node 1, process \d+, new\))")))
+      << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m,
+                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
+      << r.out;
+  EXPECT_GE(std::stoi(m[1]), 4);  // at most one step lost
+  expect_same_final(dir / "out", base, 2);
+}
+
+// Two ranks per node; node 1's agent is killed with its ranks and its shared memory removed
+// (the node is gone). The survivors on node 0 shrink the world to 2 ranks, keeping the global
+// batch, and restore from node 0's copy, which holds node 1's shards too: bitwise the run resumed
+// at dp 2 from the uninterrupted run's checkpoint of the restored step.
+TEST_F(ElasticNodes, ANodeLostWithItsSharedMemoryIsRestoredFromTheReplica) {
+  const auto full = one_agent(
+      4, "one_agent4", {"--set", "output.checkpoint_every=1", "--set", "output.keep_last=50"});
+  const auto dir = out_dir("node_lost");
+  const int port = free_port();
+  CliProcess other(agent(1, 2, port, dir, {}));
+  CliProcess lead(agent(0, 2, port, dir, {"--min-ranks", "2"}));
+  const auto metrics = dir / "out" / "metrics.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_text(metrics).find("\"step\":8,") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  other.signal(SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
+  const CliResult o = other.wait(kLimitS);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().starts_with(fmt::format("lattice-{}-", other.pid()))) {
+      std::filesystem::remove_all(entry.path());
+    }
+  }
+  const CliResult r = lead.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(node 1 \(host [^)]+\) lost: its agent sent nothing for)")))
+      << r.err;
+  EXPECT_NE(r.err.find("the job goes on with 2 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m,
+                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
+      << r.out;
+  const int restored = std::stoi(m[1]);
+  EXPECT_GE(restored, 7);  // killed after step 8 was logged: at most one step lost
+  const double reference = last_loss(full / "metrics.jsonl");
+  EXPECT_NEAR(last_loss(metrics), reference, 1e-5 * std::abs(reference));
+  const auto resumed = out_dir("node_lost_resumed");
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
+  for (std::string& a :
+       train(2, resumed / "out",
+             {"--set", "batch.micro_batch=3", "--set", "batch.micro_batches=2", "--resume",
+              (full / "checkpoints" / fmt::format("step_{}", restored)).string()})) {
+    args.push_back(a);
+  }
+  const CliResult again = run_cli(args, kLimitS);
+  ASSERT_EQ(again.exit_code, 0) << again.all();
+  expect_same_final(dir / "out", resumed / "out", 2);
+}
+
+// An agent with another secret is refused by the store (its error says so) and agent 0 logs the
+// refused address; agent 0 then ends naming the node that never arrived.
+TEST_F(ElasticNodes, AnAgentWithoutTheJobsSecretIsRefusedAndLogged) {
+  const auto dir = out_dir("stranger");
+  const int port = free_port();
+  CliProcess lead(agent(0, 1, port, dir, {"--rdzv-timeout-s", "4"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const CliResult stranger = run_cli(agent(1, 1, port, dir, {"--rdzv-timeout-s", "4"}), kLimitS,
+                                     {"LATTICE_JOB_SECRET=not-the-jobs-secret-but-32-chars-long"});
+  const CliResult r = lead.wait(kLimitS);
+  EXPECT_EQ(stranger.exit_code, 3) << stranger.all();  // refused: a ConfigError
+  EXPECT_NE(stranger.err.find("refused this process"), std::string::npos) << stranger.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(
+          R"(the job's store refused a connection from 127\.0\.0\.1:\d+ \(\d+ attempt\(s\) with a wrong secret\))")))
+      << r.err;
+  EXPECT_NE(r.err.find("the agents of node(s) 1 did not arrive"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lattice::testing
