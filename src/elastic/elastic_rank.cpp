@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "comm/gloo_transport.h"
 #include "core/rank_progress.h"
@@ -55,6 +56,18 @@ void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommCon
         return session.assignment().generation > generation;
       };
       const std::shared_ptr<GlooTransport> transport = GlooTransport::create(options);
+      // Once the agent has started a newer generation this one is over: a peer whose machine
+      // vanished closes no socket, and a call waiting on it would last its whole deadline.
+      const std::jthread superseded([&session, transport, generation](std::stop_token stop) {
+        while (!stop.stop_requested()) {
+          const int64_t newest = session.assignment().generation;
+          if (newest > generation) {
+            transport->abort(fmt::format("the agent started generation {}", newest));
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      });
       Communicator world(transport, config);
       if (nnodes > 1) {
         // The snapshots' copies to another node travel on a world of their own; it fails with

@@ -185,14 +185,19 @@ TEST_F(ElasticNodes, ARankKilledOnTheOtherNodeComesBackFromTheSnapshotBitwise) {
   expect_same_final(dir / "out", base, 2);
 }
 
-// Two ranks per node; node 1's agent is killed with its ranks and its shared memory removed
-// (the node is gone). The survivors on node 0 shrink the world to 2 ranks, keeping the global
-// batch, and restore from node 0's copy, which holds node 1's shards too: bitwise the run resumed
-// at dp 2 from the uninterrupted run's checkpoint of the restored step.
-TEST_F(ElasticNodes, ANodeLostWithItsSharedMemoryIsRestoredFromTheReplica) {
-  const auto full = one_agent(
+// Two ranks per node; node 1 is lost after step 8: its agent killed with its ranks and its shared
+// memory deleted, or the whole node frozen (SIGSTOP to its agent and ranks: no socket closes, so
+// the survivors, waiting in a collective on a frozen peer, leave the generation only because the
+// agent started the next one). The survivors on node 0 shrink the world to 2 ranks, keeping the
+// global batch, and restore from node 0's copy, which holds node 1's shards too: bitwise the run
+// resumed at dp 2 from the uninterrupted run's checkpoint of the restored step.
+class ElasticNodeLoss : public ElasticNodes, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
+  const bool frozen = GetParam() == "frozen";
+  static const std::filesystem::path full = one_agent(
       4, "one_agent4", {"--set", "output.checkpoint_every=1", "--set", "output.keep_last=50"});
-  const auto dir = out_dir("node_lost");
+  const auto dir = out_dir("node_lost_" + GetParam());
   const int port = free_port();
   CliProcess other(agent(1, 2, port, dir, {}));
   CliProcess lead(agent(0, 2, port, dir, {"--min-ranks", "2"}));
@@ -202,29 +207,38 @@ TEST_F(ElasticNodes, ANodeLostWithItsSharedMemoryIsRestoredFromTheReplica) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  other.signal(SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
-  const CliResult o = other.wait(kLimitS);
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().starts_with(fmt::format("lattice-{}-", other.pid()))) {
-      std::filesystem::remove_all(entry.path());
+  if (frozen) {
+    ::kill(-other.pid(), SIGSTOP);  // the agent and its ranks: one process group
+  } else {
+    other.signal(SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
+    other.wait(kLimitS);
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      if (entry.path().filename().string().starts_with(fmt::format("lattice-{}-", other.pid()))) {
+        std::filesystem::remove_all(entry.path());
+      }
     }
   }
   const CliResult r = lead.wait(kLimitS);
+  if (frozen) other.wait(0);  // killed, stopped as it is
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex(R"(node 1 \(host [^)]+\) lost: its agent sent nothing for)")))
       << r.err;
   EXPECT_NE(r.err.find("the job goes on with 2 ranks"), std::string::npos) << r.err;
+  if (frozen) {
+    // Not their collective deadline (parallel.timeout_s, 30 s): the next generation ended it.
+    EXPECT_NE(r.err.find("the agent started generation 1"), std::string::npos) << r.err;
+  }
   EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m,
                                 std::regex("restored from the in-memory snapshot of step (\\d+)")))
       << r.out;
   const int restored = std::stoi(m[1]);
-  EXPECT_GE(restored, 7);  // killed after step 8 was logged: at most one step lost
+  EXPECT_GE(restored, 7);  // lost after step 8 was logged: at most one step lost
   const double reference = last_loss(full / "metrics.jsonl");
   EXPECT_NEAR(last_loss(metrics), reference, 1e-5 * std::abs(reference));
-  const auto resumed = out_dir("node_lost_resumed");
+  const auto resumed = out_dir("node_lost_resumed_" + GetParam());
   std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
   for (std::string& a :
        train(2, resumed / "out",
@@ -236,6 +250,8 @@ TEST_F(ElasticNodes, ANodeLostWithItsSharedMemoryIsRestoredFromTheReplica) {
   ASSERT_EQ(again.exit_code, 0) << again.all();
   expect_same_final(dir / "out", resumed / "out", 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Node, ElasticNodeLoss, ::testing::Values("killed", "frozen"));
 
 // An agent with another secret is refused by the store (its error says so) and agent 0 logs the
 // refused address; agent 0 then ends naming the node that never arrived.
