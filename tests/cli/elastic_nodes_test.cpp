@@ -253,6 +253,63 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Node, ElasticNodeLoss, ::testing::Values("killed", "frozen"));
 
+// SIGTERM to agent 0 (a preemption) reaches every node's ranks: they finish the step, write one
+// durable checkpoint together and exit 0, and both agents end 0; --resume auto then finishes
+// bitwise as the uninterrupted job.
+TEST_F(ElasticNodes, SigtermToAgentZeroCheckpointsEveryNodeAndResumesBitwise) {
+  const auto base = one_agent(2, "one_agent2_term");
+  const auto dir = out_dir("sigterm");
+  const int port = free_port();
+  CliProcess other(agent(1, 1, port, dir, {}));
+  CliProcess lead(agent(0, 1, port, dir, {}));
+  const auto metrics = dir / "out" / "metrics.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_text(metrics).find("\"step\":5,") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  lead.signal(SIGTERM);
+  const CliResult r = lead.wait(kLimitS);
+  const CliResult o = other.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_EQ(o.exit_code, 0) << o.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("stopped by signal 15 after step (\\d+)")))
+      << r.out;
+  const std::string stopped = m[1];
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "checkpoints" / ("step_" + stopped)));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "final"));
+  const int port2 = free_port();
+  CliProcess other2(agent(1, 1, port2, dir, {}, {"--resume", "auto"}));
+  const CliResult again = run_cli(agent(0, 1, port2, dir, {}, {"--resume", "auto"}), kLimitS);
+  const CliResult o2 = other2.wait(kLimitS);
+  ASSERT_EQ(again.exit_code, 0) << again.all();
+  EXPECT_EQ(o2.exit_code, 0) << o2.all();
+  expect_same_final(dir / "out", base, 2);
+}
+
+// Agent 0 holds the store and the decisions: when it is killed, the other agent kills its ranks
+// and ends non-zero within seconds, naming it, instead of leaving anything running.
+TEST_F(ElasticNodes, AgentZeroLostEndsTheOtherAgentsAndTheirRanks) {
+  const auto dir = out_dir("agent0_lost");
+  const int port = free_port();
+  CliProcess other(agent(1, 1, port, dir, {}));
+  CliProcess lead(agent(0, 1, port, dir, {}));
+  const auto metrics = dir / "out" / "metrics.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_text(metrics).find("\"step\":3,") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  lead.signal(SIGKILL);
+  lead.wait(kLimitS);
+  const CliResult o = other.wait(kLimitS);
+  EXPECT_NE(o.exit_code, 0) << o.all();
+  EXPECT_FALSE(o.timed_out) << o.all();
+  EXPECT_NE(o.err.find("the job ends here ---> HINT: agent 0 (127.0.0.1:"), std::string::npos)
+      << o.err;
+}
+
 // An agent with another secret is refused by the store (its error says so) and agent 0 logs the
 // refused address; agent 0 then ends naming the node that never arrived.
 TEST_F(ElasticNodes, AnAgentWithoutTheJobsSecretIsRefusedAndLogged) {
