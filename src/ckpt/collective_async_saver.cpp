@@ -133,9 +133,27 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   expect_all_succeeded(world_, error, "preparing the staging directory", target,
                        options_.peer_timeout);
 
+  const fs::path staging = root_.staging_dir(step);
+  if (options_.write_at_save) {
+    manifest_ = std::move(manifest);
+    WriteOutcome outcome;
+    outcome.error = capture_error([&] {
+      if (options_.before_write) options_.before_write(world_.rank());
+      outcome.result =
+          rank_write_result_to_json(write_rank_shards(staging, world_.rank(), shards)).dump();
+      if (options_.record_writes) record_write(staging, world_.rank(), *manifest_, outcome.result);
+    });
+    pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
+                                               outcome = std::move(outcome)]() mutable {
+      if (outcome.error.empty() && options_.replicate) {
+        outcome.error = capture_error([&] { options_.replicate(staging, rank); });
+      }
+      return outcome;
+    });
+    return;
+  }
   snapshot_.take(shards);  // the stall: from here on training may change the shards' tensors
   manifest_ = std::move(manifest);
-  const fs::path staging = root_.staging_dir(step);
   pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
                                              header = *manifest_] {
     WriteOutcome outcome;

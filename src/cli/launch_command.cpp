@@ -7,6 +7,8 @@
 // the next generation in their processes, all from the newest snapshot. SIGTERM (preemption)
 // is forwarded: the ranks finish their step, write a durable checkpoint under output.dir and
 // exit 0.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "cli/launch_options.h"
 #include "cli/validators.h"
@@ -23,6 +27,7 @@
 #include "core/stop_request.h"
 #include "elastic/agent.h"
 #include "elastic/job_secret.h"
+#include "elastic/static_relaunch.h"
 #include "train/train_config.h"
 
 namespace lattice::cli {
@@ -80,7 +85,44 @@ std::string job_secret(const LaunchArgs& args) {
   return make_job_secret();
 }
 
+// The command asks for the static engine (--transport mpi).
+bool wants_mpi(const std::vector<std::string>& command) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == "--transport=mpi") return true;
+    if (command[i] == "--transport" && i + 1 < command.size() && command[i + 1] == "mpi") {
+      return true;
+    }
+  }
+  return false;
+}
+
 void run_launch(const LaunchArgs& args) {
+  if (wants_mpi(args.command)) {
+    if (args.nnodes > 1) {
+      LATTICE_THROW(ConfigError,
+                    "lattice launch --nnodes with --transport mpi: across machines the static "
+                    "engine is mpirun's or srun's own launch ---> HINT: mpirun -np N --hostfile "
+                    "F lattice train ... --transport mpi, or drop --transport mpi for the "
+                    "elastic engine");
+    }
+    launch_options(args.nproc_per_node, args.command);  // the config and its timeouts, checked
+    StaticRelaunchOptions options;
+    options.nproc = args.nproc_per_node;
+    options.max_restarts = args.max_restarts;
+    options.grace_s = args.grace_s;
+    options.command = args.command;
+    options.executable = std::filesystem::read_symlink("/proc/self/exe");
+    const std::filesystem::path faults =
+        std::filesystem::temp_directory_path() / fmt::format("lattice-faults-{}", ::getpid());
+    std::filesystem::create_directories(faults);
+    options.fault_dir = faults;
+    install_stop_request_handlers();
+    const int code = run_static_relaunch(options);
+    std::error_code ec;
+    std::filesystem::remove_all(faults, ec);
+    if (code != 0) LATTICE_THROW(CommError, "lattice launch: the MPI job failed (code {})", code);
+    return;
+  }
   AgentOptions options = launch_options(args.nproc_per_node, args.command);
   options.max_restarts = args.max_restarts;
   options.grace_s = args.grace_s;

@@ -76,8 +76,13 @@ RankSession::RankSession(int static_rank, const ElasticConfig& config)
     record_ = RankStatusMap::open(agent_->status_file);
   }
   const Assignment first = agent_ ? assignment() : Assignment{.rank = static_rank};
-  faults_ = FaultInjector::from_environment(first.rank,
-                                            agent_ ? agent_->job_dir : std::filesystem::path());
+  // Firings count across processes in the agent's job directory, or (under mpirun relaunched by
+  // lattice launch: static_relaunch.h) in LATTICE_FAULT_DIR.
+  const char* fault_dir = std::getenv("LATTICE_FAULT_DIR");
+  faults_ = FaultInjector::from_environment(first.rank, agent_ ? agent_->job_dir
+                                                        : fault_dir != nullptr
+                                                            ? std::filesystem::path(fault_dir)
+                                                            : std::filesystem::path());
   if (!agent_ && !faults_) return;
   std::optional<RankStatusMap> map;
   if (agent_) map = RankStatusMap::open(agent_->status_file);

@@ -80,6 +80,8 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   options.commit.fence = [session] { session->check_current(); };
   // A snapshot every rank wrote survives its world's loss: the next generation commits it.
   options.commit.record_writes = true;
+  // Written before the next step starts: a fault anywhere in it restores this step.
+  options.commit.write_at_save = true;
   // Several nodes: each writes its own copy, holding the previous node's shards too.
   if (const SnapshotReplicator* replication = session->replication()) {
     options.commit.node_of_rank = replication->node_of_rank();

@@ -1,5 +1,7 @@
 // The static engine never hangs: under mpirun a rank that dies, stops or throws ends every
-// rank with a non-zero exit and the named error within the collective timeout + 2 s.
+// rank with a non-zero exit and the named error within the collective timeout + 2 s. Under
+// `lattice launch -- train ... --transport mpi` the agent then relaunches the whole job from its
+// newest checkpoint (restart-all), which ends bitwise as the uninterrupted job.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -58,6 +60,45 @@ INSTANTIATE_TEST_SUITE_P(Faults, MpiStatic,
                            std::string name = info.param.substr(0, info.param.find('@'));
                            return name;
                          });
+
+// Restart-all: rank 1 killed at step 10 ends the mpirun; the agent runs it again with --resume
+// auto from the checkpoint of step 8, and the final state is the uninterrupted job's, bitwise.
+TEST(MpiUnderLaunch, AKilledRankRelaunchesTheJobFromItsCheckpointBitwise) {
+  const auto data = make_corpus_dir("mpi_launch_cli_" + std::to_string(::getpid()));
+  const auto config = write_tiny_config(data, 16, "[eval]\ninterval = 0\n");
+  auto launch = [&](const std::filesystem::path& out) {
+    return std::vector<std::string>{LATTICE_EXECUTABLE,
+                                    "launch",
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--",
+                                    "train",
+                                    config.string(),
+                                    "--dp",
+                                    "2",
+                                    "--transport",
+                                    "mpi",
+                                    "--deterministic",
+                                    "--set",
+                                    "output.checkpoint_every=4",
+                                    "--set",
+                                    "output.dir=" + out.string()};
+  };
+  const auto base = data / "uninterrupted";
+  const auto faulty = data / "relaunched";
+  const CliResult r0 = run_cli(launch(base), 120);
+  ASSERT_EQ(r0.exit_code, 0) << r0.all();
+  const CliResult r = run_cli(launch(faulty), 120, {"LATTICE_FAULT=kill@backward:1:10"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("relaunching all 2 ranks from the newest checkpoint"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("at step 8"), std::string::npos) << r.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = "final/rank_0000" + std::to_string(rank) + ".safetensors";
+    EXPECT_TRUE(same_bytes(base / file, faulty / file)) << file;
+  }
+  std::filesystem::remove_all(data);
+}
 
 }  // namespace
 }  // namespace lattice::testing
