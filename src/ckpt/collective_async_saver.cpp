@@ -94,6 +94,15 @@ std::optional<fs::path> commit_written_staging(const fs::path& root, const Commi
   return checkpoints.commit(std::move(*header), results, options);
 }
 
+void remove_staging(const fs::path& root) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.is_directory() && staging_step(entry.path())) stale.push_back(entry.path());
+  }
+  for (const fs::path& dir : stale) fs::remove_all(dir, ec);
+}
+
 CollectiveAsyncSaver::CollectiveAsyncSaver(fs::path root, Communicator& world,
                                            CommitOptions options)
     : root_(std::move(root)), world_(world), options_(std::move(options)) {}
@@ -122,22 +131,15 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   wait();
   const int64_t step = manifest.step;
   const fs::path target = root_.step_dir(step);
-  std::string error;
-  if (leads_its_root()) {
-    error = capture_error([&] {
-      fs::create_directories(root_.path());
-      root_.prepare_staging(step);
-      if (options_.hook) options_.hook(CommitStage::kStagingCreated);
-    });
-  }
-  expect_all_succeeded(world_, error, "preparing the staging directory", target,
-                       options_.peer_timeout);
-
   const fs::path staging = root_.staging_dir(step);
   if (options_.write_at_save) {
+    // No collective here: every rank makes the directory, and a stale one of this step (a
+    // world that failed while writing it) was removed when its successor restored
+    // (remove_staging).
     manifest_ = std::move(manifest);
     WriteOutcome outcome;
     outcome.error = capture_error([&] {
+      fs::create_directories(staging);
       if (options_.before_write) options_.before_write(world_.rank());
       outcome.result =
           rank_write_result_to_json(write_rank_shards(staging, world_.rank(), shards)).dump();
@@ -152,6 +154,16 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
     });
     return;
   }
+  std::string error;
+  if (leads_its_root()) {
+    error = capture_error([&] {
+      fs::create_directories(root_.path());
+      root_.prepare_staging(step);
+      if (options_.hook) options_.hook(CommitStage::kStagingCreated);
+    });
+  }
+  expect_all_succeeded(world_, error, "preparing the staging directory", target,
+                       options_.peer_timeout);
   snapshot_.take(shards);  // the stall: from here on training may change the shards' tensors
   manifest_ = std::move(manifest);
   pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
@@ -170,6 +182,12 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
 
 bool CollectiveAsyncSaver::poll() {
   if (!in_flight()) return false;
+  if (options_.write_at_save) {
+    // Every rank's shard was written in save(); what may remain is this rank's replication,
+    // which the trainer awaits before the next backward anyway: no collective to ask.
+    finish();
+    return true;
+  }
   const int32_t written =
       pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? 1 : 0;
   // A fixed algorithm: the tuner would time this tiny call against ranks still computing.

@@ -48,6 +48,11 @@ std::optional<std::filesystem::path> commit_written_staging(const std::filesyste
 // The record rank `rank` leaves in a staging directory once its shard file is written.
 std::filesystem::path write_record_path(const std::filesystem::path& staging, int rank);
 
+// Removes every staging directory under `root` (what a failed world left half written), after
+// commit_written_staging took what it could: saves with CommitOptions::write_at_save do not
+// clear their staging directory themselves.
+void remove_staging(const std::filesystem::path& root);
+
 class CollectiveAsyncSaver {
  public:
   // `world`: every rank of the run (DeviceMesh::world()); used only from the thread calling

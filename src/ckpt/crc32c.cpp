@@ -3,6 +3,10 @@
 #include <array>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace lattice {
 
 namespace {
@@ -31,7 +35,7 @@ constexpr Tables kTables = make_tables();
 
 }  // namespace
 
-uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) {
+uint32_t crc32c_extend_portable(uint32_t crc, std::span<const std::byte> bytes) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   size_t n = bytes.size();
   uint32_t c = ~crc;
@@ -48,6 +52,42 @@ uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) {
   }
   while (n-- > 0) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xffu];
   return ~c;
+}
+
+#if defined(__x86_64__)
+namespace {
+
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc,
+                                                        std::span<const std::byte> bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t n = bytes.size();
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = uint32_t(c);
+  while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return ~c32;
+}
+
+}  // namespace
+#endif
+
+std::optional<uint32_t> crc32c_extend_hardware(uint32_t crc, std::span<const std::byte> bytes) {
+#if defined(__x86_64__)
+  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+  if (has_sse42) return crc32c_sse42(crc, bytes);
+#endif
+  return std::nullopt;
+}
+
+uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) {
+  if (const std::optional<uint32_t> fast = crc32c_extend_hardware(crc, bytes)) return *fast;
+  return crc32c_extend_portable(crc, bytes);
 }
 
 }  // namespace lattice

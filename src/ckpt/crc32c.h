@@ -5,13 +5,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
 namespace lattice {
 
-// Continues a running checksum: crc32c_extend(crc32c_extend(0, a), b) == crc32c(a ++ b).
+// Continues a running checksum: crc32c_extend(crc32c_extend(0, a), b) == crc32c(a ++ b). On a
+// CPU with SSE4.2 (checked at run time) its crc32 instruction, 8 bytes a step (~4x the tables:
+// an elastic snapshot checksums every rank's shard every step); otherwise the portable tables.
 uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes);
+// The two paths, for their test.
+uint32_t crc32c_extend_portable(uint32_t crc, std::span<const std::byte> bytes);
+// nullopt when this CPU has no crc32 instruction.
+std::optional<uint32_t> crc32c_extend_hardware(uint32_t crc, std::span<const std::byte> bytes);
 inline uint32_t crc32c(std::span<const std::byte> bytes) {
   return crc32c_extend(0, bytes);
 }

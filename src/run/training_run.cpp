@@ -144,6 +144,7 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
         fmt::print("committed the in-memory snapshot {} that every rank had written\n",
                    dir->filename().string());
       }
+      remove_staging(*session->snapshots());
     });
   }
   expect_all_succeeded(world, error, "completing the last written snapshot", *session->snapshots(),

@@ -45,5 +45,25 @@ TEST(Crc32c, ExtendingAcrossAnySplitEqualsTheReference) {
   EXPECT_NE(crc32c(data), expected);
 }
 
+// Both paths give the same checksum for every length and alignment (the hardware one where this
+// CPU has it), and the published check value.
+TEST(Crc32c, TheHardwarePathEqualsThePortableOne) {
+  const std::optional<uint32_t> check =
+      crc32c_extend_hardware(0, std::as_bytes(std::span(std::string_view("123456789"))));
+  if (!check) GTEST_SKIP() << "this CPU has no crc32 instruction (SSE4.2)";
+  EXPECT_EQ(*check, 0xE3069283u);
+  const std::vector<std::byte> data =
+      filled(1000, [](size_t i) { return int((i * 2654435761u) >> 24); });
+  const std::span<const std::byte> all(data);
+  for (size_t offset = 0; offset < 9; ++offset) {
+    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 500, 991}) {
+      const auto piece = all.subspan(offset, n);
+      EXPECT_EQ(*crc32c_extend_hardware(0x1234u, piece), crc32c_extend_portable(0x1234u, piece))
+          << "offset " << offset << ", " << n << " bytes";
+    }
+  }
+  EXPECT_EQ(crc32c(data), reference_crc32c(data));
+}
+
 }  // namespace
 }  // namespace lattice
