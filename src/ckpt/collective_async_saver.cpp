@@ -182,9 +182,8 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
 
 bool CollectiveAsyncSaver::poll() {
   if (!in_flight()) return false;
-  if (options_.write_at_save) {
-    // Every rank's shard was written in save(); what may remain is this rank's replication,
-    // which the trainer awaits before the next backward anyway: no collective to ask.
+  if (options_.write_at_save && !options_.replicate) {
+    // Every rank's shard was written in save(): no collective to ask.
     finish();
     return true;
   }

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,10 +22,13 @@ constexpr uint64_t kReplicaContext = 0x4c41545245504c43ull;  // "LATREPLC"
 
 std::string read_whole(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) LATTICE_THROW(IoError, "cannot read {} to replicate it", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  std::string bytes(ec ? 0 : size_t(size), '\0');
+  if (!in || ec || !in.read(bytes.data(), std::streamsize(bytes.size()))) {
+    LATTICE_THROW(IoError, "cannot read {} to replicate it", path.string());
+  }
+  return bytes;
 }
 
 // The shard file a rank's record names.

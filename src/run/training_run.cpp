@@ -403,6 +403,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);
   // The snapshot of step N is written by the time step N+1's backward starts: a fault from
   // there on restores step N (at most the step in flight lost). Its forward overlaps the write.
+  // Several nodes: its copy on the next node too, so that a lost node loses one step at most.
   if (snapshots) trainer.set_before_backward([&snapshots] { snapshots->wait_written(); });
   std::optional<std::filesystem::path> reported;
   double stall_seconds = 0.0;
