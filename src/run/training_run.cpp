@@ -67,8 +67,9 @@ std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const 
 }
 
 // The in-memory snapshots of a rank under `lattice launch`: every elastic.snapshot_every steps
-// (0: none) into the agent's shared memory, the newest two kept (docs/elastic.md). Asynchronous:
-// the copy is taken at the step boundary and written while the next step trains.
+// (0: none) into the agent's shared memory, the newest two kept (docs/elastic.md). Each rank
+// writes its shard at the step boundary; the replica on another node and the commit follow
+// while the next step trains.
 std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const RankSession* session,
                                                     DeviceMesh& mesh) {
   if (session == nullptr || !session->snapshots() || trainer.config().elastic.snapshot_every == 0) {
