@@ -100,8 +100,8 @@ D narrow(float v) {
 // Only a thread with a budget of its own (a rank's) splits: another (a comm thread) stays serial.
 template <class S, class D>
 void convert_elements(const S* src, D* dst, int64_t count) {
-  const int threads = thread_budget();
 #if defined(LATTICE_USE_OPENMP)
+  const int threads = thread_budget();
 #pragma omp parallel for schedule(static) \
     num_threads(threads > 0 ? threads : 1) if (threads > 1 && count >= (int64_t(1) << 18))
 #endif

@@ -155,6 +155,22 @@ inline std::vector<double> metric_values(const std::filesystem::path& metrics,
   return out;
 }
 
+// The last value of `"key":NUMBER` in a metrics file (-1 when no line has it).
+inline double last_metric(const std::filesystem::path& metrics, const std::string& key) {
+  const std::vector<double> values = metric_values(metrics, key);
+  return values.empty() ? -1.0 : values.back();
+}
+
+// Waits, up to `limit_s`, until the metrics file of a running job has logged step `step`.
+inline void wait_for_step(const std::filesystem::path& metrics, int step, double limit_s = 60) {
+  const std::string needle = "\"step\":" + std::to_string(step) + ",";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (read_text(metrics).find(needle) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 // Whether two files hold the same bytes.
 inline bool same_bytes(const std::filesystem::path& a, const std::filesystem::path& b) {
   return std::filesystem::exists(a) && std::filesystem::exists(b) && read_text(a) == read_text(b);

@@ -267,18 +267,6 @@ TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise
   expect_final_equals_baseline(dir, 2);
 }
 
-// The last step's loss in a metrics file (JSON lines), at full precision.
-double last_loss(const std::filesystem::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  std::smatch m;
-  if (!std::regex_search(last, m, std::regex("\"loss\":([-0-9.e+]+)"))) return -1;
-  return std::stod(m[1]);
-}
-
 // Four ranks with a global batch of 12 (3 sequences each); rank 1 fails once more than
 // --max-restarts 0 allows, at step 5, and the job goes on with three ranks (4 sequences each,
 // as 2 micro-batches of 2), then once more at step 7 and goes on with two.
@@ -312,8 +300,8 @@ TEST_F(ElasticLaunch, ShrinkKeepsTheGlobalBatchAndEqualsTheRunResumedAtTheNewLay
         << r.err;
     EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
     // Losses within 1e-5 of the uninterrupted run.
-    const double loss = last_loss(dir / "metrics.jsonl");
-    const double reference = last_loss(full / "metrics.jsonl");
+    const double loss = last_metric(dir / "metrics.jsonl", "loss");
+    const double reference = last_metric(full / "metrics.jsonl", "loss");
     EXPECT_NEAR(loss, reference, 1e-5 * std::abs(reference)) << r.out;
     // 4 -> 3: bitwise the run resumed at the new layout from the step the shrink restored (the
     // uninterrupted run's checkpoint of that step holds the same state). 4 -> 3 -> 2 trained at
@@ -365,8 +353,8 @@ TEST_F(ElasticLaunch, TwoRanksLostAtOnceShrinkTheWorldInOneGeneration) {
   EXPECT_NE(r.err.find("generation 1:"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("generation 2:"), std::string::npos) << r.err;  // one generation
   EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
-  const double reference = last_loss(full / "metrics.jsonl");
-  EXPECT_NEAR(last_loss(dir / "metrics.jsonl"), reference, 1e-5 * std::abs(reference));
+  const double reference = last_metric(full / "metrics.jsonl", "loss");
+  EXPECT_NEAR(last_metric(dir / "metrics.jsonl", "loss"), reference, 1e-5 * std::abs(reference));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("in-memory snapshot of step (\\d+)")))
       << r.out;

@@ -36,17 +36,6 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-double last_loss(const std::filesystem::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  std::smatch m;
-  if (!std::regex_search(last, m, std::regex("\"loss\":([-0-9.e+]+)"))) return -1;
-  return std::stod(m[1]);
-}
-
 class ElasticNodes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -202,11 +191,7 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
   CliProcess other(agent(1, 2, port, dir, {}));
   CliProcess lead(agent(0, 2, port, dir, {"--min-ranks", "2"}));
   const auto metrics = dir / "out" / "metrics.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_text(metrics).find("\"step\":8,") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  wait_for_step(metrics, 8);
   if (frozen) {
     ::kill(-other.pid(), SIGSTOP);  // the agent and its ranks: one process group
   } else {
@@ -236,8 +221,8 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
       << r.out;
   const int restored = std::stoi(m[1]);
   EXPECT_GE(restored, 7);  // lost after step 8 was logged: at most one step lost
-  const double reference = last_loss(full / "metrics.jsonl");
-  EXPECT_NEAR(last_loss(metrics), reference, 1e-5 * std::abs(reference));
+  const double reference = last_metric(full / "metrics.jsonl", "loss");
+  EXPECT_NEAR(last_metric(metrics, "loss"), reference, 1e-5 * std::abs(reference));
   const auto resumed = out_dir("node_lost_resumed_" + GetParam());
   std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
   for (std::string& a :
@@ -263,11 +248,7 @@ TEST_F(ElasticNodes, SigtermToAgentZeroCheckpointsEveryNodeAndResumesBitwise) {
   CliProcess other(agent(1, 1, port, dir, {}));
   CliProcess lead(agent(0, 1, port, dir, {}));
   const auto metrics = dir / "out" / "metrics.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_text(metrics).find("\"step\":5,") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  wait_for_step(metrics, 5);
   lead.signal(SIGTERM);
   const CliResult r = lead.wait(kLimitS);
   const CliResult o = other.wait(kLimitS);
@@ -296,11 +277,7 @@ TEST_F(ElasticNodes, AgentZeroLostEndsTheOtherAgentsAndTheirRanks) {
   CliProcess other(agent(1, 1, port, dir, {}));
   CliProcess lead(agent(0, 1, port, dir, {}));
   const auto metrics = dir / "out" / "metrics.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_text(metrics).find("\"step\":3,") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  wait_for_step(metrics, 3);
   lead.signal(SIGKILL);
   lead.wait(kLimitS);
   const CliResult o = other.wait(kLimitS);
