@@ -238,6 +238,32 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Node, ElasticNodeLoss, ::testing::Values("killed", "frozen"));
 
+// With two spares on each node, node 1's two ranks come back in node 0's spares: the world stays
+// at 4 ranks, so the job ends bitwise as the uninterrupted one.
+TEST_F(ElasticNodes, ALostNodesRanksTakeTheSparesOfTheOtherNodeBitwise) {
+  const auto base = one_agent(4, "one_agent4_spares");
+  const auto dir = out_dir("node_lost_spares");
+  const int port = free_port();
+  CliProcess other(agent(1, 2, port, dir, {}));
+  CliProcess lead(agent(0, 2, port, dir, {"--spares", "2"}));
+  const auto metrics = dir / "out" / "metrics.jsonl";
+  wait_for_step(metrics, 6);
+  other.signal(SIGKILL);
+  other.wait(kLimitS);
+  const CliResult r = lead.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(node 1 \(host [^)]+\) lost: its agent sent nothing for)")))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(
+          R"(generation 1: ranks 0 \(node 0, process 0, kept\), 1 \(node 0, process 1, kept\), 2 \(node 0, process \d+, a spare\), 3 \(node 0, process \d+, a spare\))")))
+      << r.err;
+  EXPECT_EQ(r.err.find("the job goes on with"), std::string::npos) << r.err;  // no shrink
+  expect_same_final(dir / "out", base, 4);
+}
+
 // SIGTERM to agent 0 (a preemption) reaches every node's ranks: they finish the step, write one
 // durable checkpoint together and exit 0, and both agents end 0; --resume auto then finishes
 // bitwise as the uninterrupted job.
