@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""A training step of Lattice next to PyTorch's, on the same model, shapes and threads, in one run.
+
+    python3 bench/compare_pytorch.py --preset gpt2-124m --batch 4 --seq 256 --threads 1,2
+
+For each thread count and precision it alternates `lattice bench train` (a subprocess) with the
+same step in PyTorch (this process: a GPT-2 of the preset's shape, SDPA causal attention, AdamW
+fused where PyTorch has it, gradient clipping at 1, random tokens), `--rounds` times, and prints
+the median tokens/s of each and their ratio. Lattice's bf16 is compared with PyTorch's faster of
+fp32 and bf16 autocast, as docs/performance.md reports it. Needs PyTorch (`pip install torch`);
+no test runs it. Runs only on the GPT presets (learned positions, tied embeddings), whose
+parameter count it checks against Lattice's.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+PRESETS = {
+    # name: (layers, heads, width, context, padded vocab, vocab)
+    "gpt2-124m": (12, 12, 768, 1024, 50304, 50257),
+    "shakespeare-char": (4, 4, 128, 64, 256, 256),
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lattice", default="build/lattice", help="the lattice executable")
+    p.add_argument("--preset", default="gpt2-124m", choices=sorted(PRESETS))
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
+    p.add_argument("--precision", default="fp32,bf16")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds; medians are kept")
+    return p.parse_args()
+
+
+def lattice_step(args, threads, precision):
+    """tokens/s and N from one `lattice bench train` row."""
+    cmd = [args.lattice, "bench", "train", "--preset", args.preset, "--batch", str(args.batch),
+           "--seq", str(args.seq), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--threads", str(threads), "--precision", precision, "--gemm-repeats", "1"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    row = re.search(rf"^\s*{precision}\s+{threads}\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)", out,
+                    re.M)
+    params = re.search(r"N = (\d+) parameters", out)
+    if not row or not params:
+        sys.exit(f"could not read lattice bench train's output:\n{out}")
+    return float(row.group(1)), int(params.group(1))
+
+
+def torch_model(torch, preset):
+    nn = torch.nn
+    F = torch.nn.functional
+    layers, heads, width, context, vocab, _ = PRESETS[preset]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(width)
+            self.qkv = nn.Linear(width, 3 * width)
+            self.proj = nn.Linear(width, width)
+            self.ln2 = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, 4 * width)
+            self.out = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            shape = (b, t, heads, c // heads)
+            q, k, v = (y.view(shape).transpose(1, 2) for y in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, width)
+            self.wpe = nn.Embedding(context, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(width)
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.blocks:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied, as Lattice's
+            return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
+
+    return GPT(), vocab
+
+
+def torch_step(args, threads, precision):
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model, vocab = torch_model(torch, args.preset)
+    # Counted as Lattice counts: the padding rows of the embedding are not parameters.
+    _, _, width, _, padded, real = PRESETS[args.preset]
+    params = sum(p.numel() for p in model.parameters()) - (padded - real) * width
+    try:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    idx = torch.randint(0, real, (args.batch, args.seq))
+    targets = torch.randint(0, real, (args.batch, args.seq))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(idx, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return args.batch * args.seq / statistics.median(times), params
+
+
+def main():
+    args = parse_args()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("PyTorch is not installed (pip install torch): nothing to compare against")
+    threads = [int(t) for t in args.threads.split(",")]
+    precisions = args.precision.split(",")
+    print(f"# compare_pytorch: {args.preset} B={args.batch} T={args.seq}, {args.warmup} warm-up + "
+          f"{args.steps} timed steps, {args.rounds} alternating rounds, PyTorch {torch.__version__}, "
+          f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    results = {}
+    for t in threads:
+        for p in precisions:
+            lattice, torch_rate = [], {"fp32": [], "bf16": []}
+            for _ in range(args.rounds):
+                rate, n = lattice_step(args, t, p)
+                lattice.append(rate)
+                for q in ("fp32", "bf16"):
+                    rate_q, n_torch = torch_step(args, t, q)
+                    torch_rate[q].append(rate_q)
+                if n_torch != n:
+                    sys.exit(f"the PyTorch model has {n_torch} parameters, Lattice's {n}: "
+                             "not the same model")
+            results[(p, t)] = (statistics.median(lattice),
+                               {q: statistics.median(v) for q, v in torch_rate.items()})
+    print(f"# {'precision':>9} {'threads':>7} {'lattice tok/s':>14} {'pytorch same':>13} "
+          f"{'ratio':>7} {'pytorch best':>13} {'ratio':>7}")
+    for (p, t), (lat, tor) in results.items():
+        best = max(tor.values())
+        print(f"  {p:>9} {t:>7} {lat:>14.1f} {tor[p]:>13.1f} {lat / tor[p]:>6.2f}x "
+              f"{best:>13.1f} {lat / best:>6.2f}x")
+    print(f"# load at the end {os.getloadavg()[0]:.2f}; 'pytorch best' is its faster of fp32 and "
+          "bf16 autocast at those threads")
+
+
+if __name__ == "__main__":
+    main()
