@@ -153,6 +153,16 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   std::filesystem::create_directory(job_dir_ / "store");
   std::filesystem::create_directory(snapshot_root(job_dir_));
   if (options_.secret.empty()) options_.secret = make_job_secret();
+  try {
+    connect_agents();
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(job_dir_, ec);  // a constructor that throws runs no destructor
+    throw;
+  }
+}
+
+void Agent::connect_agents() {
   if (options_.nnodes > 1) {
     const StoreAddress address = parse_store_address(options_.rdzv);
     const auto timeout = std::chrono::milliseconds(int64_t(options_.rdzv_timeout_s * 1e3));

@@ -140,6 +140,8 @@ class Agent {
   ProcessReport view(const Process& process) const;
   bool here(const Process& process) const { return process.node == options_.node_rank; }
   // Agent 0 of several: waits for every agent, reads their reports, finds a lost node.
+  // Several nodes: agent 0 starts the store; every agent connects to it and says hello.
+  void connect_agents();
   void meet_agents();
   void log_refused_clients();
   std::optional<RankFailure> read_reports();

@@ -36,6 +36,15 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
+// The job directory in shared memory of an agent that was killed (it removes its own otherwise).
+void remove_job_dir(pid_t agent) {
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().starts_with(fmt::format("lattice-{}-", agent))) {
+      std::filesystem::remove_all(entry.path());
+    }
+  }
+}
+
 class ElasticNodes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -197,14 +206,13 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
   } else {
     other.signal(SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
     other.wait(kLimitS);
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-      if (entry.path().filename().string().starts_with(fmt::format("lattice-{}-", other.pid()))) {
-        std::filesystem::remove_all(entry.path());
-      }
-    }
+    remove_job_dir(other.pid());  // the node's shared memory is gone with it
   }
   const CliResult r = lead.wait(kLimitS);
-  if (frozen) other.wait(0);  // killed, stopped as it is
+  if (frozen) {
+    other.wait(0);  // killed, stopped as it is
+    remove_job_dir(other.pid());
+  }
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex(R"(node 1 \(host [^)]+\) lost: its agent sent nothing for)")))
@@ -250,6 +258,7 @@ TEST_F(ElasticNodes, ALostNodesRanksTakeTheSparesOfTheOtherNodeBitwise) {
   wait_for_step(metrics, 6);
   other.signal(SIGKILL);
   other.wait(kLimitS);
+  remove_job_dir(other.pid());
   const CliResult r = lead.wait(kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(std::regex_search(
@@ -306,6 +315,7 @@ TEST_F(ElasticNodes, AgentZeroLostEndsTheOtherAgentsAndTheirRanks) {
   wait_for_step(metrics, 3);
   lead.signal(SIGKILL);
   lead.wait(kLimitS);
+  remove_job_dir(lead.pid());
   const CliResult o = other.wait(kLimitS);
   EXPECT_NE(o.exit_code, 0) << o.all();
   EXPECT_FALSE(o.timed_out) << o.all();
