@@ -28,6 +28,7 @@ namespace {
 
 struct PlanArgs {
   std::string model;
+  std::string headroom;  // "10%" or "10": percent of each device's usable memory kept free
   std::string cluster = "dgx-h100";
   int64_t nodes = 1;
   int64_t gpus = 0;  // overrides nodes × gpus_per_node
@@ -56,6 +57,25 @@ std::optional<int64_t> fixed(int64_t value) {
   return value > 0 ? std::optional<int64_t>(value) : std::nullopt;
 }
 
+// "10%" or "10" -> 0.10; empty -> 0.
+double parse_headroom(const std::string& text) {
+  if (text.empty()) return 0.0;
+  std::string number = text.ends_with('%') ? text.substr(0, text.size() - 1) : text;
+  size_t used = 0;
+  double percent = -1;
+  try {
+    percent = std::stod(number, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != number.size() || number.empty() || !(percent >= 0 && percent < 100)) {
+    LATTICE_THROW(ConfigError,
+                  "--headroom '{}' is not a percentage in [0, 100) ---> HINT: --headroom 10% "
+                  "keeps a tenth of each device's memory free",
+                  text);
+  }
+  return percent / 100.0;
+}
+
 void run_plan(const PlanArgs& args) {
   if (args.model.empty() || args.global_batch <= 0) {
     LATTICE_THROW(ConfigError,
@@ -72,6 +92,7 @@ void run_plan(const PlanArgs& args) {
   setup.fp32_gradients = args.fp32_grads;
   setup.dropout = args.dropout;
   setup.flash_attention = !args.materialized_attention;
+  setup.memory_headroom = parse_headroom(args.headroom);
 
   plan::SearchConstraints constraints;
   constraints.dp = fixed(args.dp);
@@ -162,6 +183,9 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--sp", args->sp, "Require sequence parallelism");
   cmd->add_flag("--no-sp", args->no_sp, "Forbid sequence parallelism");
   cmd->add_option("--top", args->top, "How many layouts to list")->capture_default_str();
+  cmd->add_option("--headroom", args->headroom,
+                  "Keep this share of each device's memory free, e.g. 10% (a layout must fit "
+                  "in the rest)");
   cmd->add_flag("--json", args->json, "Print JSON instead of the report");
 
   PlanValidateArgs& v = args->validation;

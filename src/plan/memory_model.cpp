@@ -57,7 +57,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
 
   MemoryBreakdown mem;
   mem.stage = stage;
-  mem.capacity = setup.cluster.usable_memory_bytes();
+  mem.capacity = setup.memory_capacity();
 
   const bool lattice = setup.runtime == Runtime::kLattice;
   const int64_t held_layers = stage_layers(setup, layout, stage);

@@ -69,6 +69,11 @@ std::string format_report(const PlanOutcome& o) {
       s.model.name, double(count_parameters(s.model).total) / 1e9, s.model.n_layers,
       s.model.d_model, s.cluster.name, s.devices, s.cluster.device.name, s.cluster.gpus_per_node,
       s.global_batch, s.seq_len, precision_name(s.precision));
+  if (s.memory_headroom > 0) {
+    out += fmt::format(
+        "memory headroom {:.0f}%: a layout fits within {} of the {} usable per device\n",
+        s.memory_headroom * 100, gib(s.memory_capacity()), gib(s.cluster.usable_memory_bytes()));
+  }
   const SearchResult& r = o.search;
   out += fmt::format("evaluated {} layouts in {:.3f} s: {} fit", r.evaluated, o.search_seconds,
                      r.feasible);

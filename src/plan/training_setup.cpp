@@ -22,6 +22,12 @@ void validate(const TrainingSetup& setup) {
                   "--global-batch in sequences",
                   setup.global_batch);
   }
+  if (!(setup.memory_headroom >= 0 && setup.memory_headroom < 1)) {
+    LATTICE_THROW(ConfigError,
+                  "memory headroom {}% must lie in [0, 100) ---> HINT: --headroom 10% keeps a "
+                  "tenth of each device free",
+                  setup.memory_headroom * 100);
+  }
   if (setup.seq_len <= 0) {
     LATTICE_THROW(ConfigError, "sequence length must be positive, got {} ---> HINT: pass --seq",
                   setup.seq_len);

@@ -46,6 +46,13 @@ struct TrainingSetup {
   bool flash_attention = true;
   bool dropout = false;
   Runtime runtime = Runtime::kMegatron;
+  // The share of a device's usable memory kept free (--headroom 10%): a layout fits only within
+  // the rest, so the recommendation does not sit at 99% of the device (fragmentation, a longer
+  // batch, another process).
+  double memory_headroom = 0;
+
+  // What a layout may use per device: the usable memory less the headroom.
+  double memory_capacity() const { return cluster.usable_memory_bytes() * (1.0 - memory_headroom); }
 
   StateBytes bytes() const {
     StateBytes b;

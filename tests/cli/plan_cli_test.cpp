@@ -66,5 +66,30 @@ TEST(PlanCli, MissingGlobalBatchIsRefusedWithAnExample) {
   EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
 }
 
+// --headroom 10%: the report says what a layout may use, the recommended one stays within it,
+// and a share outside [0, 100) is refused naming the flag.
+TEST(PlanCli, HeadroomKeepsTheRecommendationOffTheTopOfTheMemory) {
+  const std::vector<std::string> setup = {
+      "--model", "llama-3-70b", "--gpus", "64",    "--global-batch",
+      "512",     "--seq",       "4096",   "--top", "1"};
+  std::vector<std::string> with = setup;
+  with.insert(with.end(), {"--headroom", "10%", "--json"});
+  const CliResult r = run_cli(plan(with), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& memory = j.at("ranked")[0].at("memory");
+  EXPECT_LE(memory.at("total_bytes").get<double>(), memory.at("capacity_bytes").get<double>());
+  std::vector<std::string> text = setup;
+  text.insert(text.end(), {"--headroom", "10"});
+  const CliResult t = run_cli(plan(text), kLimitS);
+  ASSERT_EQ(t.exit_code, 0) << t.all();
+  EXPECT_NE(t.out.find("memory headroom 10%: a layout fits within"), std::string::npos) << t.out;
+  std::vector<std::string> bad = setup;
+  bad.insert(bad.end(), {"--headroom", "150%"});
+  const CliResult b = run_cli(plan(bad), kLimitS);
+  EXPECT_EQ(b.exit_code, 3) << b.all();
+  EXPECT_NE(b.err.find("--headroom '150%' is not a percentage"), std::string::npos) << b.err;
+}
+
 }  // namespace
 }  // namespace lattice::testing

@@ -113,5 +113,27 @@ TEST(Search, ContradictoryConstraintsAreRefused) {
   EXPECT_THROW(search_layouts(setup_for("gpt2-124m", "dgx-a100", 8, 64, 4096), {}), ConfigError);
 }
 
+// --headroom: every layout that fits leaves that share of the device free, and the best one
+// without headroom, which sits near the top of the memory, no longer fits.
+TEST(Search, AMemoryHeadroomKeepsThatShareOfTheDeviceFree) {
+  TrainingSetup s = setup_for("llama-3-70b", "dgx-h100", 64, 512, 4096);
+  const SearchResult full = search_layouts(s, {});
+  ASSERT_FALSE(full.ranked.empty());
+  const double usable = s.cluster.usable_memory_bytes();
+  EXPECT_GT(full.ranked.front().memory.total, 0.9 * usable);  // the case worth guarding against
+  s.memory_headroom = 0.10;
+  const SearchResult kept = search_layouts(s, {});
+  ASSERT_FALSE(kept.ranked.empty());
+  for (const Evaluation& e : kept.ranked) {
+    EXPECT_LE(e.memory.total, 0.9 * usable);
+    EXPECT_DOUBLE_EQ(e.memory.capacity, 0.9 * usable);
+  }
+  EXPECT_LT(kept.feasible, full.feasible);
+  EXPECT_GT(kept.rejected[size_t(RejectReason::kMemory)],
+            full.rejected[size_t(RejectReason::kMemory)]);
+  s.memory_headroom = 1.5;
+  EXPECT_THROW(validate(s), ConfigError);
+}
+
 }  // namespace
 }  // namespace lattice::plan
