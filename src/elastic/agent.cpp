@@ -99,13 +99,13 @@ std::string local_address_towards(const StoreAddress& to) {
   return address;
 }
 
+}  // namespace
+
 bool has_flag(const std::vector<std::string>& command, std::string_view flag) {
   return std::any_of(command.begin(), command.end(), [&](const std::string& a) {
     return a == flag || a.starts_with(std::string(flag) + "=");
   });
 }
-
-}  // namespace
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   if (options_.nproc < 1) {

@@ -36,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "elastic/agent_channel.h"
@@ -48,6 +49,9 @@ namespace lattice {
 // The exit code of a rank that refused its input (a ConfigError: a layout that does not fit,
 // a malformed config): restarting it cannot help.
 inline constexpr int kInvalidInputExitCode = 3;
+
+// Whether a rank command carries `flag` ("--resume" or "--resume=auto").
+bool has_flag(const std::vector<std::string>& command, std::string_view flag);
 
 struct AgentOptions {
   int nproc = 1;       // ranks on each node (the world, on one node)

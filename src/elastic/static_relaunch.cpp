@@ -17,17 +17,12 @@
 
 #include "core/error.h"
 #include "core/stop_request.h"
+#include "elastic/agent.h"
 
 extern char** environ;
 
 namespace lattice {
 namespace {
-
-bool has_flag(const std::vector<std::string>& command, std::string_view flag) {
-  return std::any_of(command.begin(), command.end(), [&](const std::string& a) {
-    return a == flag || a.starts_with(std::string(flag) + "=");
-  });
-}
 
 // One run of the whole job; its exit code (128 + signal when mpirun was killed).
 int run_once(const StaticRelaunchOptions& options, const std::vector<std::string>& command) {
