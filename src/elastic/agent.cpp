@@ -641,8 +641,8 @@ void Agent::tell_agents_to_exit(int code) {
     // The store ends with this agent: the others read their order first.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (const auto& [node, state] : nodes_) {
-      while (!state.lost && !channel_->has_ended(node) &&
-             std::chrono::steady_clock::now() < deadline) {
+      // A node taken for lost may only have been slow: it is waited for too (bounded).
+      while (!channel_->has_ended(node) && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(kPollInterval);
       }
     }
@@ -915,6 +915,17 @@ int Agent::follow() {
         agent0_seen_ns = steady_now_ns();
       }
     } catch (const CommError& e) {
+      // Every rank this node ran finished its work: agent 0 ended the job before this agent
+      // read its last order (its store ends with it).
+      const bool finished =
+          !processes.empty() && std::all_of(processes.begin(), processes.end(), [&](auto& p) {
+            return reap(p.second) && p.second.signal == 0 && p.second.exit_code == 0;
+          });
+      if (finished) {
+        spdlog::info("agent {}: the job's store closed after this node's ranks finished",
+                     options_.node_rank);
+        return 0;
+      }
       return give_up(fmt::format("the job's store failed: {}", e.what()));
     }
     if (seconds_since(agent0_seen_ns) > agent0_timeout) {
