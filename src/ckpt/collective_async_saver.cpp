@@ -242,16 +242,15 @@ void CollectiveAsyncSaver::finish() {
           parsed.push_back(rank_write_result_from_json(nlohmann::json::parse(text)));
         }
         const fs::path staging = root_.staging_dir(step);
-        // Another node's copy lacks a shard its replication did not bring (a peer lost while
-        // sending): that node keeps the previous step; rank 0's copy is the one that must hold.
-        if (world_.rank() != 0) {
-          for (const RankWriteResult& r : parsed) {
-            if (!fs::exists(staging / r.file.name)) {
-              spdlog::warn("snapshot {}: this node's copy lacks {}: not committed here",
-                           staging.string(), r.file.name);
-              abandon();
-              return;
-            }
+        // A node's copy lacks a shard its replication did not bring (a peer lost while
+        // sending): that node keeps the previous step. Its copy holds only the kept ranks'
+        // shards: on more than two nodes no copy is whole, the next generation fills them.
+        for (int r : options_.kept_ranks) {
+          if (!fs::exists(staging / parsed.at(size_t(r)).file.name)) {
+            spdlog::warn("snapshot {}: this node's copy lacks {}: not committed here",
+                         staging.string(), parsed.at(size_t(r)).file.name);
+            abandon();
+            return;
           }
         }
         if (options_.record_writes) remove_write_records(staging, world_.size());

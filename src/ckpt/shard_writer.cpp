@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "ckpt/safetensors.h"
@@ -182,8 +183,12 @@ namespace {
 void commit_checkpoint_dir(const fs::path& staging, const fs::path& target, Manifest manifest,
                            const std::vector<RankWriteResult>& results,
                            const CommitOptions& options) {
+  // A node's copy of a snapshot on more than two nodes holds only the kept ranks' files.
+  std::set<std::string> held;
+  for (int r : options.kept_ranks) held.insert(results.at(size_t(r)).file.name);
   merge_rank_results(results, manifest);
   for (const FileRecord& f : manifest.files) {
+    if (!options.kept_ranks.empty() && !held.contains(f.name)) continue;
     std::error_code ec;
     uint64_t size = fs::file_size(staging / f.name, ec);
     if (ec || size != f.size) {

@@ -103,6 +103,10 @@ struct CommitOptions {
   // written, to copy them to another node's root (and receive that node's copies), so that a lost
   // node loses no state; a throw fails this rank's write.
   std::function<void(const std::filesystem::path& staging, int rank)> replicate = {};
+  // With node_of_rank: the ranks whose shards this rank's node's copy holds once replicated (its
+  // own and those it keeps); the node's first rank commits its copy only when it holds them all,
+  // and the commit checks only their files.
+  std::vector<int> kept_ranks = {};
 };
 
 // A directory of checkpoints step_N plus the `latest` pointer.

@@ -134,15 +134,6 @@ void run_launch(const LaunchArgs& args) {
   options.bind_addr = args.bind_addr;
   options.rdzv_timeout_s = args.rdzv_timeout_s;
   options.min_ranks = args.min_ranks > 0 ? args.min_ranks : args.nproc_per_node * args.nnodes;
-  if (args.nnodes > 2 && options.elastic.snapshot_every > 0) {
-    LATTICE_THROW(ConfigError,
-                  "--nnodes {} with in-memory snapshots: each node's copy holds its own ranks' "
-                  "shards and the previous node's, which restores a lost node only on 2 nodes "
-                  "(gathering a copy from several nodes is not built yet) ---> HINT: run on 2 "
-                  "nodes, or set elastic.snapshot_every = 0 and pass --resume auto with "
-                  "output.checkpoint_every (recovery then resumes from the durable checkpoints)",
-                  args.nnodes);
-  }
   options.secret = job_secret(args);
   install_stop_request_handlers();
   Agent agent(std::move(options));

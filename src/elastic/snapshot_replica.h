@@ -3,9 +3,11 @@
 // shard and its record to the rank of the same local index on the next node (in node order, a
 // ring), which writes them into its node's copy; it receives the previous node's the same way.
 // So every node's copy holds its own ranks' shards and the previous node's: with two nodes each
-// node holds the whole snapshot, and losing one loses no state. The copies travel on a gloo
-// world of their own (built beside the generation's world), used by the write thread alone,
-// never by the training thread's collectives.
+// node holds the whole snapshot; with more, the surviving copies together hold it unless two
+// neighbouring nodes are lost, and the next generation fills each copy from the others before
+// it restores (fill). The copies travel on a gloo world of their own (built beside the
+// generation's world), used by the write thread alone while training, never by the training
+// thread's collectives.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/transport.h"
 
 namespace lattice {
@@ -27,9 +30,19 @@ class SnapshotReplicator {
   // writes those of sources() into `staging`. CommError when a peer is lost meanwhile.
   void replicate(const std::filesystem::path& staging, int rank) const;
 
+  // Collective over `world` (every rank calls it, before a generation restores): each node's
+  // first rank lists what its copy under `root` holds, and fetches what it lacks from the first
+  // node holding it (committed snapshots file by file, those only written shard by shard with
+  // their records), so that every copy then holds what the surviving copies hold together. The
+  // price: until newer snapshots replace them, each node holds the whole of those snapshots.
+  void fill(const std::filesystem::path& root, Communicator& world) const;
+
   // The rank that keeps a copy of `rank`'s shard, and the ranks whose shards `rank` keeps.
   int target(int rank) const;
   std::vector<int> sources(int rank) const;
+  // The ranks whose shards the copy of `rank`'s node holds once a save is replicated: the
+  // node's own and those its ranks keep (CommitOptions::kept_ranks).
+  std::vector<int> kept_with(int rank) const;
   const std::vector<int>& node_of_rank() const { return node_of_rank_; }
 
  private:

@@ -89,6 +89,7 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
     options.commit.replicate = [replication](const std::filesystem::path& staging, int rank) {
       replication->replicate(staging, rank);
     };
+    options.commit.kept_ranks = replication->kept_with(mesh.world().rank());
   }
   std::optional<TrainerCheckpointer> snapshots;
   snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
@@ -113,8 +114,9 @@ std::optional<ResumeChoice> agree_on_snapshot(Communicator& world,
   if (agreed < 0 || !std::filesystem::exists(dir)) {
     error = fmt::format(
         "rank {}: this node's copy of the in-memory snapshots lacks step {} (the others hold "
-        "up to step {}) ---> HINT: a node that joined empty, or more than one node lost, "
-        "cannot be restored from memory; resume from a durable checkpoint (--resume auto)",
+        "up to step {}) ---> HINT: two neighbouring nodes lost (each node's copy is kept on "
+        "the next one only) cannot be restored from memory; resume from a durable checkpoint "
+        "(--resume auto)",
         world.rank(), std::max<int64_t>(agreed, 0), newest);
   }
   expect_all_succeeded(world, error, "agreeing on the snapshot to restore", root,
@@ -134,6 +136,9 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
     lead = std::find(nodes.begin(), nodes.end(), nodes[size_t(world.rank())]) - nodes.begin() ==
            world.rank();
   }
+  // Several nodes: each copy holds its node's shards and the previous node's; each is first
+  // filled from the others, so that every node restores (or commits) the same whole snapshot.
+  if (replication != nullptr) replication->fill(*session->snapshots(), world);
   // The previous world may have lost a rank after every rank had written the snapshot of the
   // step before but before they committed it together: committed now, so that the step lost is
   // only the one in flight. The others wait for the outcome.
@@ -150,7 +155,18 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
   }
   expect_all_succeeded(world, error, "completing the last written snapshot", *session->snapshots(),
                        std::chrono::seconds(60));
-  std::optional<ResumeChoice> choice = resume_auto(*session->snapshots());
+  std::optional<ResumeChoice> choice;
+  try {
+    choice = resume_auto(*session->snapshots());
+  } catch (const IoError& e) {
+    if (replication == nullptr) throw;
+    LATTICE_THROW(IoError,
+                  "rank {}: this node's copy of the in-memory snapshots is not whole even after "
+                  "filling it from the other nodes ({}) ---> HINT: two neighbouring nodes lost "
+                  "(each node's shards are kept on the next one only) cannot be restored from "
+                  "memory; resume from a durable checkpoint (--resume auto)",
+                  world.rank(), e.what());
+  }
   if (replication != nullptr) choice = agree_on_snapshot(world, *session->snapshots(), choice);
   if (!choice) return false;
   report_step(choice->step);

@@ -93,20 +93,20 @@ class ElasticNodes : public ::testing::Test {
     return args;
   }
 
-  // One agent of a 2-node job with `nproc` ranks each.
+  // One agent of an `nnodes`-node job with `nproc` ranks each.
   static std::vector<std::string> agent(int node, int nproc, int port,
                                         const std::filesystem::path& dir,
                                         std::vector<std::string> launch_flags,
-                                        std::vector<std::string> extra_train = {}) {
+                                        std::vector<std::string> extra_train = {}, int nnodes = 2) {
     std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch",
                                      "--nproc-per-node", std::to_string(nproc),
-                                     "--nnodes",         "2",
+                                     "--nnodes",         std::to_string(nnodes),
                                      "--node-rank",      std::to_string(node),
                                      "--rdzv",           fmt::format("127.0.0.1:{}", port),
                                      "--secret-file",    (dir / "secret").string()};
     args.insert(args.end(), launch_flags.begin(), launch_flags.end());
     args.push_back("--");
-    for (std::string& a : train(2 * nproc, dir / "out", std::move(extra_train))) {
+    for (std::string& a : train(nnodes * nproc, dir / "out", std::move(extra_train))) {
       args.push_back(std::move(a));
     }
     return args;
@@ -245,6 +245,85 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Node, ElasticNodeLoss, ::testing::Values("killed", "frozen"));
+
+// Three nodes, one rank each: node 1 (the middle one) is lost after step 8 with its shared
+// memory. No copy is whole: node 0's holds ranks 0 and 2, node 2's ranks 2 and 1. The survivors
+// fill each other's copy, shrink to 2 ranks keeping the global batch and restore: bitwise the
+// run resumed at dp 2 from the uninterrupted run's checkpoint of the restored step.
+TEST_F(ElasticNodes, ThreeNodesLoseTheMiddleOneAndRestoreFromTheOthersCopiesBitwise) {
+  const std::filesystem::path full = one_agent(
+      3, "one_agent3", {"--set", "output.checkpoint_every=1", "--set", "output.keep_last=50"});
+  const auto dir = out_dir("three_nodes");
+  const int port = free_port();
+  CliProcess middle(agent(1, 1, port, dir, {}, {}, 3));
+  CliProcess last(agent(2, 1, port, dir, {}, {}, 3));
+  CliProcess lead(agent(0, 1, port, dir, {"--min-ranks", "2"}, {}, 3));
+  const auto metrics = dir / "out" / "metrics.jsonl";
+  wait_for_step(metrics, 8);
+  middle.signal(SIGKILL);
+  middle.wait(kLimitS);
+  remove_job_dir(middle.pid());
+  const CliResult r = lead.wait(kLimitS);
+  const CliResult l = last.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  ASSERT_EQ(l.exit_code, 0) << l.all();
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(node 1 \(host [^)]+\) lost: its agent sent nothing for)")))
+      << r.err;
+  EXPECT_NE(r.err.find("the job goes on with 2 ranks"), std::string::npos) << r.err;
+  // Each survivor's copy lacked the other's shard of the restored step.
+  EXPECT_NE(r.all().find("rank 0: filled this node's copy"), std::string::npos) << r.all();
+  EXPECT_NE(l.all().find("rank 1: filled this node's copy"), std::string::npos) << l.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m,
+                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
+      << r.out;
+  const int restored = std::stoi(m[1]);
+  EXPECT_GE(restored, 7);  // lost after step 8 was logged: at most one step lost
+  ASSERT_TRUE(std::regex_search(
+      r.out, m, std::regex(R"(micro-batch 4 x 1 -> (\d+) x (\d+) per rank, global batch 12 kept)")))
+      << r.out;
+  const std::string micro_batch = m[1], micro_batches = m[2];
+  const double reference = last_metric(full / "metrics.jsonl", "loss");
+  EXPECT_NEAR(last_metric(metrics, "loss"), reference, 1e-5 * std::abs(reference));
+  const auto resumed = out_dir("three_nodes_resumed");
+  std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
+  for (std::string& a :
+       train(2, resumed / "out",
+             {"--set", "batch.micro_batch=" + micro_batch, "--set",
+              "batch.micro_batches=" + micro_batches, "--resume",
+              (full / "checkpoints" / fmt::format("step_{}", restored)).string()})) {
+    args.push_back(a);
+  }
+  const CliResult again = run_cli(args, kLimitS);
+  ASSERT_EQ(again.exit_code, 0) << again.all();
+  expect_same_final(dir / "out", resumed / "out", 2);
+}
+
+// Nodes 1 and 2 of three lost together: rank 1's shards were on nodes 1 and 2 only, so node 0's
+// copy cannot be made whole. The job ends in bounded time naming why and what to do instead of
+// restoring a snapshot with a rank's state missing.
+TEST_F(ElasticNodes, TwoNeighbouringNodesLostEndTheJobNamingTheDurableCheckpoints) {
+  const auto dir = out_dir("three_nodes_two_lost");
+  const int port = free_port();
+  CliProcess middle(agent(1, 1, port, dir, {}, {}, 3));
+  CliProcess last(agent(2, 1, port, dir, {}, {}, 3));
+  CliProcess lead(agent(0, 1, port, dir, {"--min-ranks", "1"}, {}, 3));
+  wait_for_step(dir / "out" / "metrics.jsonl", 6);
+  middle.signal(SIGKILL);
+  last.signal(SIGKILL);
+  for (CliProcess* lost : {&middle, &last}) {
+    lost->wait(kLimitS);
+    remove_job_dir(lost->pid());
+  }
+  const CliResult r = lead.wait(kLimitS);
+  EXPECT_NE(r.exit_code, 0) << r.all();
+  EXPECT_FALSE(r.timed_out) << r.all();
+  EXPECT_NE(r.all().find("is not whole even after filling it from the other nodes"),
+            std::string::npos)
+      << r.all();
+  EXPECT_NE(r.all().find("two neighbouring nodes lost"), std::string::npos) << r.all();
+}
 
 // With two spares on each node, node 1's two ranks come back in node 0's spares: the world stays
 // at 4 ranks, so the job ends bitwise as the uninterrupted one.
