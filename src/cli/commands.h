@@ -3,11 +3,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
+#include "train/train_config.h"
+
 namespace lattice::cli {
 
 void register_commands(CLI::App& app);
 
 void register_train_command(CLI::App& app);
+// The config of a `train CONFIG [flags]` command line, parsed as `lattice train` parses it (the
+// agent's view of what its ranks will run). ConfigError for a malformed one.
+TrainConfig parse_train_command(const std::vector<std::string>& command);
 void register_sample_command(CLI::App& app);
 void register_export_command(CLI::App& app);
 void register_plan_command(CLI::App& app);

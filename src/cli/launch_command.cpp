@@ -161,12 +161,7 @@ AgentOptions launch_options(int nproc, std::vector<std::string> command) {
                   "HINT: lattice launch --nproc-per-node 4 -- train configs/shakespeare-char.toml "
                   "--dp 4");
   }
-  std::vector<std::string> overrides;
-  for (size_t i = 2; i < command.size(); ++i) {
-    if (command[i] == "--set" && i + 1 < command.size()) overrides.push_back(command[++i]);
-    if (command[i].starts_with("--set=")) overrides.push_back(command[i].substr(6));
-  }
-  TrainConfig config = load_train_config(command[1], overrides);
+  TrainConfig config = parse_train_command(command);
   config.parallel.transport = TransportKind::kGloo;
   config.check_timeout_ladder();
   AgentOptions options;
@@ -174,6 +169,7 @@ AgentOptions launch_options(int nproc, std::vector<std::string> command) {
   options.command = std::move(command);
   options.executable = std::filesystem::read_symlink("/proc/self/exe");
   options.elastic = config.elastic;
+  options.fitting_worlds = config.refittable_worlds();
   return options;
 }
 

@@ -97,10 +97,16 @@ MeshShape mesh_shape(const ParallelConfig& layout) {
   return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
 }
 
-void run_train(const TrainArgs& args, const CLI::App& cmd) {
+// The config a `train` command line gives: the file, its --set overrides, the layout flags.
+TrainConfig resolve_train_config(const TrainArgs& args, const CLI::App& cmd) {
   TrainConfig config = load_train_config(args.config, args.overrides);
   apply_layout_flags(cmd, args.layout, config.parallel);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
+  return config;
+}
+
+void run_train(const TrainArgs& args, const CLI::App& cmd) {
+  TrainConfig config = resolve_train_config(args, cmd);
   if (args.preflight) run_preflight(config, args);
   const TransportKind transport = config.parallel.transport;
   const ParallelConfig& layout = config.parallel;
@@ -189,11 +195,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
       comm_config);
 }
 
-}  // namespace
-
-void register_train_command(CLI::App& app) {
-  auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a model from a TOML config");
+void add_train_options(CLI::App* cmd, const std::shared_ptr<TrainArgs>& args) {
   cmd->add_option("config", args->config, "The TOML config (see configs/)")->required();
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
       ->allow_extra_args(false);
@@ -225,7 +227,30 @@ void register_train_command(CLI::App& app) {
                   "draws its memory and step time next to the measured");
   cmd->add_option("--trace", args->run.trace,
                   "Write one Chrome/Perfetto trace per rank into this directory");
+}
+
+}  // namespace
+
+void register_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model from a TOML config");
+  add_train_options(cmd, args);
   cmd->callback([args, cmd] { run_train(*args, *cmd); });
+}
+
+TrainConfig parse_train_command(const std::vector<std::string>& command) {
+  CLI::App app;
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train");
+  add_train_options(cmd, args);
+  std::vector<std::string> reversed(command.rbegin(), command.rend());  // CLI11's order
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    LATTICE_THROW(ConfigError, "the command after `--` ({}): {} ---> HINT: lattice train --help",
+                  fmt::join(command, " "), e.what());
+  }
+  return resolve_train_config(*args, *cmd);
 }
 
 }  // namespace lattice::cli

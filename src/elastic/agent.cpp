@@ -745,15 +745,28 @@ bool Agent::recover(RankFailure& failure) {
     if (n > options_.max_restarts || homeless) dropped.push_back(r);
   }
   const int at_step = ++step_failures_[failure.step];
+  std::vector<int> demoted;  // processes of survivors the smaller world has no place for
   if (!dropped.empty()) {
-    if (world() - int(dropped.size()) < options_.min_ranks) {
+    const int survivors = world() - int(dropped.size());
+    // The largest world the layout refits to (tp × pp whole, the global batch split evenly)
+    // that the survivors fill.
+    int next = survivors;
+    if (!options_.fitting_worlds.empty()) {
+      next = 0;
+      for (int w : options_.fitting_worlds) next = w <= survivors ? std::max(next, w) : next;
+    }
+    if (next < options_.min_ranks || next == 0) {
       spdlog::error(
           "agent: rank(s) {} failed more than --max-restarts {} times or lost their node, and "
-          "the world of {} cannot shrink by {} below --min-ranks {}: the job ends ---> HINT: "
+          "the world of {} cannot shrink by {} below --min-ranks {}{}: the job ends ---> HINT: "
           "look at the ranks' errors above; lower --min-ranks to go on with fewer ranks, or "
           "keep --spares on the other nodes",
           fmt::join(dropped, ", "), options_.max_restarts, world(), dropped.size(),
-          options_.min_ranks);
+          options_.min_ranks,
+          next == survivors ? std::string()
+                            : fmt::format(" (the layout refits to worlds of {} ranks only, and "
+                                          "{} survive)",
+                                          fmt::join(options_.fitting_worlds, ", "), survivors));
       return false;
     }
     // Shrink: the world goes on without the failed ranks (the ranks after them move down,
@@ -761,13 +774,29 @@ bool Agent::recover(RankFailure& failure) {
     std::sort(dropped.begin(), dropped.end());
     const std::string names = fmt::format("{}", fmt::join(dropped, ", "));
     for (auto r = dropped.rbegin(); r != dropped.rend(); ++r) ranks_.erase(ranks_.begin() + *r);
+    // Beyond the world the layout fits: first the slots whose process ended, then the last
+    // survivors, which wait as spares (a tensor- or pipeline-parallel group that lost a member
+    // is re-formed from the others; the snapshot reshards).
+    for (int r = world() - 1; r >= 0 && world() > next; --r) {
+      if (ranks_[size_t(r)].exited) ranks_.erase(ranks_.begin() + r);
+    }
+    while (world() > next) {
+      demoted.push_back(ranks_.back().id);
+      spares_.push_back(std::move(ranks_.back()));
+      ranks_.pop_back();
+    }
     restarts_.clear();
     step_failures_.clear();
     spdlog::warn(
-        "agent: rank(s) {} {}: the job goes on with {} ranks (--min-ranks {})", names,
+        "agent: rank(s) {} {}: the job goes on with {} ranks (--min-ranks {}){}", names,
         node_gone ? "lost their node or failed too often"
                   : fmt::format("failed more than --max-restarts {} times", options_.max_restarts),
-        world(), options_.min_ranks);
+        world(), options_.min_ranks,
+        demoted.empty()
+            ? std::string()
+            : fmt::format("; {} survivor process(es) wait as spares: the layout refits to worlds "
+                          "of {} ranks",
+                          demoted.size(), fmt::join(options_.fitting_worlds, ", ")));
   } else if (at_step >= options_.same_step_failures) {
     spdlog::error(
         "agent: step {} failed {} times (rank {}: {}): the same fault at the same "
@@ -803,6 +832,10 @@ bool Agent::recover(RankFailure& failure) {
     members.push_back(channel_
                           ? fmt::format("{} (node {}, process {}, {})", r, slot.node, slot.id, how)
                           : fmt::format("{} (pid {}, {})", r, int(slot.pid), how));
+  }
+  // A demoted survivor no slot took is told it is a spare now (rank -1 of this generation).
+  for (Process& spare : spares_) {
+    if (std::find(demoted.begin(), demoted.end(), spare.id) != demoted.end()) assign(spare, -1);
   }
   spdlog::warn("agent: generation {}: ranks {}; restoring {} (restart {} of rank {}, at most {})",
                generation_, fmt::join(members, ", "),

@@ -77,6 +77,10 @@ struct AgentOptions {
   // > 0: rank r's process (and any replacement of it) runs on the r-th block of this many of
   // the agent's CPUs (--cores-per-rank); spares keep the agent's. 0: unbound.
   int cores_per_rank = 0;
+  // The world sizes the command's layout refits to (TrainConfig::refittable_worlds), ascending;
+  // a shrink goes to the largest one the survivors fill, and the survivors beyond it wait as
+  // spares. Empty: any.
+  std::vector<int> fitting_worlds = {};
 };
 
 // One failure the agent saw, for its report and for tests (bench elastic).

@@ -30,11 +30,21 @@ void run_elastic_rank(RankSession& session, const ElasticRankBody& body, CommCon
   const int32_t node = std::stoi(environment("LATTICE_NODE", "0"));
   int64_t after = -1;  // the last generation this process joined
   std::string lost;    // why it left it
+  bool spare = true;   // started idle, or kept idle after a shrink
   for (;;) {
     report_phase(Phase::kStarting);
     // A spare waits for as long as the job runs; a rank that lost its peers, bounded.
     const std::optional<Assignment> assignment =
-        session.await_assignment(after, after < 0 ? std::chrono::hours(24 * 365) : config.timeout);
+        session.await_assignment(after, spare ? std::chrono::hours(24 * 365) : config.timeout);
+    if (assignment && assignment->rank < 0) {
+      // The world shrank to what the layout fits, without this survivor: it waits as a spare.
+      spdlog::info("generation {} has no place for this process: it waits as a spare",
+                   assignment->generation);
+      after = assignment->generation;
+      spare = true;
+      continue;
+    }
+    spare = false;
     if (!assignment) {
       LATTICE_THROW(CommError,
                     "generation {} ended ({}) and the agent assigned no new generation within {} "

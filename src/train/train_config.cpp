@@ -501,15 +501,22 @@ void TrainConfig::check_timeout_ladder() const {
   }
 }
 
-void TrainConfig::refit_to_world(int world) {
-  resolve_batch(parallel.dp);
+std::vector<int> TrainConfig::refittable_worlds() const {
+  TrainConfig resolved = *this;
+  resolved.resolve_batch(parallel.dp);
   const int model_ranks = parallel.tp * parallel.pp;
-  // The world sizes up to the current one that keep the global batch whole.
   std::vector<int> fitting;
   for (int dp = 1; dp * model_ranks <= parallel.world_size(); ++dp) {
-    if (global_batch % dp == 0) fitting.push_back(dp * model_ranks);
+    if (resolved.global_batch % dp == 0) fitting.push_back(dp * model_ranks);
   }
-  if (world % model_ranks != 0 || global_batch % (world / model_ranks) != 0) {
+  return fitting;
+}
+
+void TrainConfig::refit_to_world(int world) {
+  const std::vector<int> fitting = refittable_worlds();
+  resolve_batch(parallel.dp);
+  const int model_ranks = parallel.tp * parallel.pp;
+  if (std::find(fitting.begin(), fitting.end(), world) == fitting.end()) {
     LATTICE_THROW(ConfigError,
                   "no layout of {} ranks keeps the run: tp × pp = {} × {} must divide the world "
                   "and the global batch of {} sequences must split over dp = world / (tp × pp) "

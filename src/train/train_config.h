@@ -130,6 +130,9 @@ struct TrainConfig {
   // rank (the largest micro-batch up to the old one that divides the rank's rows). ConfigError
   // naming the constraint and the world sizes that would keep it when none does.
   void refit_to_world(int world);
+  // The world sizes up to this layout's that refit_to_world accepts (tp·pp times each dp that
+  // divides the global batch), ascending.
+  std::vector<int> refittable_worlds() const;
 };
 
 // Reads a TOML file, then applies overrides "section.key=value" in order.

@@ -372,6 +372,72 @@ TEST_F(ElasticLaunch, TwoRanksLostAtOnceShrinkTheWorldInOneGeneration) {
   }
 }
 
+// tp 2 × dp 2 with rank 3 killed at step 5 and --max-restarts 0: 3 survivors, but tp 2 and the
+// global batch of 12 refit only to worlds of 2 and 4 ranks. The world goes on with 2 (tp 2,
+// dp 1; the tensor-parallel group that lost rank 3 is re-formed from ranks 0 and 2, its state
+// from the snapshot) and the third survivor waits as a spare: bitwise the run resumed at tp 2 ×
+// dp 1 from the uninterrupted run's checkpoint of the restored step.
+TEST_F(ElasticLaunch, ATensorParallelGroupThatLostAMemberIsReformedAndTheSurplusSurvivorWaits) {
+  auto tp2 = [](int dp, const std::filesystem::path& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {LATTICE_EXECUTABLE,
+                                     "launch",
+                                     "--nproc-per-node",
+                                     std::to_string(2 * dp),
+                                     "--",
+                                     "train",
+                                     config_->string(),
+                                     "--dp",
+                                     std::to_string(dp),
+                                     "--tp",
+                                     "2",
+                                     "--deterministic",
+                                     "--set",
+                                     "output.dir=" + out.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const auto full = out_dir("tp_shrink_full");
+  const CliResult base =
+      run_cli(tp2(2, full,
+                  {"--set", "batch.micro_batch=6", "--set", "output.checkpoint_every=1", "--set",
+                   "output.keep_last=20", "--metrics", (full / "metrics.jsonl").string()}),
+              kLimitS);
+  ASSERT_EQ(base.exit_code, 0) << base.all();
+  const auto dir = out_dir("tp_shrink");
+  std::vector<std::string> args =
+      tp2(2, dir, {"--set", "batch.micro_batch=6", "--metrics", (dir / "metrics.jsonl").string()});
+  args.insert(args.begin() + 2, {"--max-restarts", "0", "--min-ranks", "2"});
+  const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=kill@backward:3:5"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("the job goes on with 2 ranks (--min-ranks 2); 1 survivor process(es) "
+                       "wait as spares: the layout refits to worlds of 2, 4 ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.all().find("generation 1 has no place for this process: it waits as a spare"),
+            std::string::npos)
+      << r.all();
+  EXPECT_NE(r.out.find("dp 2 -> 1, micro-batch 6 x 1 -> 6 x 2 per rank, global batch 12 kept"),
+            std::string::npos)
+      << r.out;
+  const double reference = last_metric(full / "metrics.jsonl", "loss");
+  EXPECT_NEAR(last_metric(dir / "metrics.jsonl", "loss"), reference, 1e-5 * std::abs(reference));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("in-memory snapshot of step (\\d+)")))
+      << r.out;
+  const std::string restored = m[1];
+  const auto resumed = out_dir("tp_shrink_resumed");
+  const CliResult again =
+      run_cli(tp2(1, resumed,
+                  {"--set", "batch.micro_batch=6", "--set", "batch.micro_batches=2", "--resume",
+                   (full / "checkpoints" / ("step_" + restored)).string()}),
+              kLimitS);
+  ASSERT_EQ(again.exit_code, 0) << again.all();
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = "final/rank_0000" + std::to_string(rank) + ".safetensors";
+    EXPECT_TRUE(same_bytes(dir / file, resumed / file)) << file;
+  }
+}
+
 TEST_F(ElasticLaunch, BenchElasticReportsEachFaultNextToTheUninterruptedRun) {
   const CliResult r =
       run_cli({LATTICE_EXECUTABLE, "bench", "elastic", config_->string(), "--nproc", "2", "--steps",

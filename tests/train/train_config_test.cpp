@@ -295,5 +295,20 @@ TEST(TrainConfig, RefitThatCannotKeepTheBatchNamesTheWorldSizesThatWould) {
   }
 }
 
+TEST(TrainConfig, TheRefittableWorldsAreTheModelGroupTimesEachDpDividingTheGlobalBatch) {
+  // tp 2 × pp 2 × dp 3, global batch 12: dp 1, 2, 3 divide it (dp 3 is the layout's own).
+  TrainConfig c = parse_train_config(
+      "[batch]\nmicro_batch = 4\n[parallel]\ndp = 3\ntp = 2\npp = 2\n", "test.toml");
+  EXPECT_EQ(c.refittable_worlds(), (std::vector<int>{4, 8, 12}));
+  // Global batch 10 on dp 5: dp 3 and 4 do not divide it.
+  c = parse_train_config("[batch]\nmicro_batch = 2\n[parallel]\ndp = 5\n", "test.toml");
+  EXPECT_EQ(c.refittable_worlds(), (std::vector<int>{1, 2, 5}));
+  for (int world : c.refittable_worlds()) {
+    TrainConfig refit = c;
+    EXPECT_NO_THROW(refit.refit_to_world(world)) << world;
+  }
+  EXPECT_THROW(c.refit_to_world(3), ConfigError);
+}
+
 }  // namespace
 }  // namespace lattice
