@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -12,6 +13,11 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double mean(const std::vector<double>& values) {
+  LATTICE_CHECK(!values.empty(), "mean of no values");
+  return std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
 }
 
 double thread_cpu_seconds() {

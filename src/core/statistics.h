@@ -1,5 +1,5 @@
 // Small measurement helpers shared by the trainer, the benchmarks and the planner's validation:
-// the median of a sample and the calling thread's CPU time.
+// the median and mean of a sample and the calling thread's CPU time.
 #pragma once
 
 #include <vector>
@@ -9,6 +9,8 @@ namespace lattice {
 // The middle value (the mean of the two middle ones for an even count). Throws ContractError
 // on an empty sample.
 double median(std::vector<double> values);
+// The arithmetic mean. Throws ContractError on an empty sample.
+double mean(const std::vector<double>& values);
 
 // One rank's run of steps slower than `factor` × the other ranks' median: a straggler once the
 // run reaches `steps` in a row (the elastic agent's report, lattice train's live line and

@@ -436,6 +436,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
       session != nullptr && layout.transport == TransportKind::kGloo
           ? 0.0
           : config.elastic.straggler_factor);
+  Stopwatch loop;  // from one step's metrics line to the next
   for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
@@ -457,6 +458,8 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     }
     if (checkpoints) report_committed(*checkpoints, lead, reported);
     stopped = !last && stop_agreed(mesh.world());
+    m.loop_ms = loop.milliseconds();
+    loop.restart();
     if (rank_metrics) rank_metrics->write(m, peak);
     const bool line_due =
         m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped;

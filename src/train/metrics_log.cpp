@@ -45,6 +45,7 @@ void MetricsLog::write(const StepMetrics& m, double peak_flops) {
                       {"tokens_per_s", m.tokens_per_s},
                       {"ms", m.ms},
                       {"mfu", m.model_flops_per_s / peak_flops}};
+  if (m.loop_ms > 0) j["loop_ms"] = m.loop_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.bubble_fraction) j["bubble_fraction"] = *m.bubble_fraction;
   write(j);

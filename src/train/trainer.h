@@ -32,6 +32,9 @@ struct StepMetrics {
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping
   double ms = 0.0;
+  // The training loop's wall time for this step (run_training): ms plus what followed it before
+  // the step was logged, a snapshot, a checkpoint's stall, an evaluation. 0 outside the loop.
+  double loop_ms = 0.0;
   double tokens_per_s = 0.0;
   double model_flops_per_s = 0.0;
   std::optional<double> val_loss;
