@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,11 +24,14 @@ void record_write(const fs::path& staging, int rank, const Manifest& header,
   write_file_atomically(write_record_path(staging, rank), record.dump());
 }
 
-// The records are the staging directory's, not the checkpoint's: gone before it commits.
-void remove_write_records(const fs::path& staging, int ranks) {
+// The records are the staging directory's, not the checkpoint's: removed from the committed
+// directory once the rename made it one. Not before: a process killed mid-commit (the lead's
+// commit runs beside the next step) must leave a staging directory the next generation can
+// still commit from its records.
+void remove_write_records(const fs::path& dir, int ranks) {
   for (int r = 0; r < ranks; ++r) {
     std::error_code ec;
-    fs::remove(write_record_path(staging, r), ec);
+    fs::remove(write_record_path(dir, r), ec);
   }
 }
 
@@ -58,19 +62,13 @@ bool CollectiveAsyncSaver::leads_its_root() const {
   return std::find(nodes.begin(), nodes.end(), nodes.at(size_t(rank))) - nodes.begin() == rank;
 }
 
-std::optional<fs::path> commit_written_staging(const fs::path& root, const CommitOptions& options) {
-  const CheckpointRoot checkpoints(root);
-  const std::vector<int64_t> committed = checkpoints.committed_steps();
-  const int64_t newest = committed.empty() ? -1 : committed.front();
-  std::optional<int64_t> step;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::optional<int64_t> s =
-        entry.is_directory() ? staging_step(entry.path()) : std::nullopt;
-    if (s && *s > newest && (!step || *s > *step)) step = s;
-  }
-  if (!step) return std::nullopt;
-  const fs::path staging = checkpoints.staging_dir(*step);
+namespace {
+
+// Commits staging step `step` from its write records (every rank's, else nullopt), and the
+// records are gone from the checkpoint.
+std::optional<fs::path> commit_recorded(const CheckpointRoot& checkpoints, int64_t step,
+                                        const CommitOptions& options) {
+  const fs::path staging = checkpoints.staging_dir(step);
   std::optional<Manifest> header;
   std::vector<RankWriteResult> results;
   int ranks = 1;
@@ -90,8 +88,53 @@ std::optional<fs::path> commit_written_staging(const fs::path& root, const Commi
     results.push_back(
         rank_write_result_from_json(nlohmann::json::parse(record.at("result").get<std::string>())));
   }
-  remove_write_records(staging, ranks);
-  return checkpoints.commit(std::move(*header), results, options);
+  const fs::path committed = checkpoints.commit(std::move(*header), results, options);
+  remove_write_records(committed, ranks);
+  return committed;
+}
+
+// The newest staging step under `root` newer than its newest committed one.
+std::optional<int64_t> newest_uncommitted_staging(const CheckpointRoot& checkpoints) {
+  const std::vector<int64_t> committed = checkpoints.committed_steps();
+  const int64_t newest = committed.empty() ? -1 : committed.front();
+  std::optional<int64_t> step;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoints.path(), ec)) {
+    const std::optional<int64_t> s =
+        entry.is_directory() ? staging_step(entry.path()) : std::nullopt;
+    if (s && *s > newest && (!step || *s > *step)) step = s;
+  }
+  return step;
+}
+
+}  // namespace
+
+std::optional<fs::path> commit_written_staging(const fs::path& root, const CommitOptions& options) {
+  const CheckpointRoot checkpoints(root);
+  const std::optional<int64_t> step = newest_uncommitted_staging(checkpoints);
+  if (!step) return std::nullopt;
+  return commit_recorded(checkpoints, *step, options);
+}
+
+std::optional<int64_t> newest_restorable_step(const fs::path& root) {
+  const CheckpointRoot checkpoints(root);
+  const std::vector<int64_t> committed = checkpoints.committed_steps();
+  std::optional<int64_t> newest;
+  if (!committed.empty()) newest = committed.front();
+  const std::optional<int64_t> staged = newest_uncommitted_staging(checkpoints);
+  if (!staged) return newest;
+  const fs::path staging = checkpoints.staging_dir(*staged);
+  std::ifstream in(write_record_path(staging, 0));
+  if (!in) return newest;
+  const nlohmann::json record = nlohmann::json::parse(in, nullptr, false);
+  if (record.is_discarded()) return newest;
+  const Manifest header =
+      manifest_from_text(record.at("manifest").get<std::string>(), write_record_path(staging, 0));
+  const int ranks = header.layout.dp * header.layout.tp * header.layout.pp;
+  for (int r = 1; r < ranks; ++r) {
+    if (!fs::exists(write_record_path(staging, r))) return newest;
+  }
+  return staged;
 }
 
 void remove_staging(const fs::path& root) {
@@ -108,6 +151,11 @@ CollectiveAsyncSaver::CollectiveAsyncSaver(fs::path root, Communicator& world,
     : root_(std::move(root)), world_(world), options_(std::move(options)) {}
 
 CollectiveAsyncSaver::~CollectiveAsyncSaver() {
+  if (committing_.valid()) {
+    // A rank that never records its write (its world lost it) must not hold this one here.
+    stop_committing_ = true;
+    committing_.wait();
+  }
   if (!pending_.valid()) return;
   pending_.wait();  // the background thread reads the snapshot, which dies with us
   spdlog::warn(
@@ -141,10 +189,21 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
     outcome.error = capture_error([&] {
       fs::create_directories(staging);
       if (options_.before_write) options_.before_write(world_.rank());
+      const fs::path reuse =
+          options_.recycle_pruned ? root_.recycled_file(rank_file_name(world_.rank())) : fs::path();
       outcome.result =
-          rank_write_result_to_json(write_rank_shards(staging, world_.rank(), shards)).dump();
+          rank_write_result_to_json(write_rank_shards(staging, world_.rank(), shards, reuse))
+              .dump();
       if (options_.record_writes) record_write(staging, world_.rank(), *manifest_, outcome.result);
     });
+    if (commits_by_records()) {
+      if (!outcome.error.empty()) LATTICE_THROW(IoError, "{}", outcome.error);
+      if (leads_its_root()) {
+        committing_ =
+            std::async(std::launch::async, [this, step] { return commit_when_recorded(step); });
+      }
+      return;
+    }
     pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
                                                outcome = std::move(outcome)]() mutable {
       if (outcome.error.empty() && options_.replicate) {
@@ -180,7 +239,53 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   });
 }
 
+bool CollectiveAsyncSaver::commits_by_records() const {
+  return options_.write_at_save && options_.record_writes && !options_.replicate;
+}
+
+CollectiveAsyncSaver::WriteOutcome CollectiveAsyncSaver::commit_when_recorded(int64_t step) {
+  const fs::path staging = root_.staging_dir(step);
+  const auto until = std::chrono::steady_clock::now() + options_.peer_timeout;
+  WriteOutcome outcome;
+  for (int r = 0; r < world_.size();) {
+    if (fs::exists(write_record_path(staging, r))) {
+      ++r;
+      continue;
+    }
+    if (stop_committing_) return outcome;  // abandoned: the next generation commits it
+    if (std::chrono::steady_clock::now() > until) {
+      outcome.error = fmt::format(
+          "rank {} did not record its write of {} within {} ms ---> HINT: its log says why", r,
+          staging.string(), options_.peer_timeout.count());
+      return outcome;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  outcome.error = capture_error([&] {
+    if (const auto dir = commit_recorded(root_, step, options_)) outcome.result = dir->string();
+  });
+  return outcome;
+}
+
+void CollectiveAsyncSaver::collect_commit() {
+  const WriteOutcome outcome = committing_.get();
+  if (!outcome.error.empty()) {
+    error_ = std::make_exception_ptr(
+        IoError(fmt::format("the in-memory snapshot was not committed: {}", outcome.error)));
+  } else if (!outcome.result.empty()) {
+    last_committed_ = fs::path(outcome.result);
+  }
+}
+
 bool CollectiveAsyncSaver::poll() {
+  if (commits_by_records()) {
+    if (!committing_.valid() ||
+        committing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      return false;
+    }
+    collect_commit();
+    return true;
+  }
   if (!in_flight()) return false;
   if (options_.write_at_save && !options_.replicate) {
     // Every rank's shard was written in save(): no collective to ask.
@@ -198,7 +303,8 @@ bool CollectiveAsyncSaver::poll() {
 }
 
 void CollectiveAsyncSaver::wait() {
-  if (in_flight()) finish();
+  if (committing_.valid()) collect_commit();
+  if (pending_.valid()) finish();
   rethrow_kept_error();
 }
 
@@ -253,8 +359,8 @@ void CollectiveAsyncSaver::finish() {
             return;
           }
         }
-        if (options_.record_writes) remove_write_records(staging, world_.size());
         root_.commit(std::move(manifest), parsed, options_);
+        if (options_.record_writes) remove_write_records(target, world_.size());
       });
       if (!error.empty()) abandon();  // before the outcome reaches anyone
     }

@@ -346,7 +346,8 @@ void SafetensorsWriter::add_metadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
 }
 
-SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& path) const {
+SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& path,
+                                                const std::filesystem::path& reuse) const {
   // Data order: larger elements first, then by name, so each tensor starts aligned to its
   // element size (the data itself starts 8-byte aligned).
   std::vector<const std::pair<std::string, Tensor>*> order;
@@ -384,7 +385,7 @@ SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& pat
 
   std::array<std::byte, 8> length{};
   for (size_t i = 0; i < 8; ++i) length[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
-  AtomicFileWriter out(path);
+  AtomicFileWriter out(path, reuse);
   SafetensorsFileSummary summary;
   auto emit = [&](const void* data, size_t size) {
     std::span<const std::byte> bytes(static_cast<const std::byte*>(data), size);

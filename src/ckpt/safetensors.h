@@ -109,7 +109,9 @@ class SafetensorsWriter {
   void add(std::string name, const Tensor& tensor);
   void add_metadata(std::string key, std::string value);
   // The summary is computed from the bytes as they are written (no second pass over the file).
-  SafetensorsFileSummary write(const std::filesystem::path& path) const;
+  // `reuse`: an old file to write over if it exists (AtomicFileWriter).
+  SafetensorsFileSummary write(const std::filesystem::path& path,
+                               const std::filesystem::path& reuse = {}) const;
 
  private:
   std::vector<std::pair<std::string, Tensor>> tensors_;

@@ -24,6 +24,20 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatestFileName = "latest";
+constexpr const char* kRecycledDirName = "recycled";
+
+// Moves the shard files of a checkpoint being pruned into `recycled` (replacing older ones).
+// Best effort: a file not moved is only freed with its directory.
+void recycle_shard_files(const fs::path& dir, const fs::path& recycled) {
+  std::error_code ec;
+  fs::create_directories(recycled, ec);
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("rank_") && name.ends_with(".safetensors")) {
+      fs::rename(entry.path(), recycled / name, ec);
+    }
+  }
+}
 
 void call_hook(const CommitOptions& options, CommitStage stage) {
   if (options.hook) options.hook(stage);
@@ -116,7 +130,7 @@ std::string rank_file_name(int rank) {
 }
 
 RankWriteResult write_rank_shards(const fs::path& staging, int rank,
-                                  const std::vector<OwnedShard>& shards) {
+                                  const std::vector<OwnedShard>& shards, const fs::path& reuse) {
   RankWriteResult result;
   result.file.name = rank_file_name(rank);
   SafetensorsWriter writer;
@@ -152,7 +166,7 @@ RankWriteResult write_rank_shards(const fs::path& staging, int rank,
     result.tensors.push_back(
         {s.name, s.global_shape, s.data.dtype(), {{result.file.name, key, s.box}}});
   }
-  SafetensorsFileSummary summary = writer.write(staging / result.file.name);
+  SafetensorsFileSummary summary = writer.write(staging / result.file.name, reuse);
   result.file.size = summary.size;
   result.file.crc32c = summary.crc32c;
   return result;
@@ -242,6 +256,10 @@ fs::path CheckpointRoot::staging_dir(int64_t step) const {
   return root_ / fmt::format("step_{}.tmp", step);
 }
 
+fs::path CheckpointRoot::recycled_file(const std::string& file) const {
+  return root_ / kRecycledDirName / file;
+}
+
 fs::path CheckpointRoot::prepare_staging(int64_t step) const {
   return create_empty_staging(staging_dir(step));
 }
@@ -266,6 +284,7 @@ fs::path CheckpointRoot::commit(Manifest manifest, const std::vector<RankWriteRe
         continue;
       }
       std::error_code ec;
+      if (options.recycle_pruned) recycle_shard_files(step_dir(s), root_ / kRecycledDirName);
       fs::remove_all(step_dir(s), ec);
       if (ec) {
         LATTICE_THROW(IoError, "checkpoint {} is committed, but pruning '{}' failed: {}",

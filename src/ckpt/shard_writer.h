@@ -60,8 +60,10 @@ std::string rank_file_name(int rank);  // "rank_00003.safetensors"
 // A whole tensor is stored under its name and global shape, a box under "name@o0:e0,o1:e1" with
 // the box's shape, a flat range under "name@begin:end" as a 1-D tensor. ValueError for a shard
 // whose data does not hold box.numel() elements or whose box lies outside its global shape.
+// `reuse`: an old shard file to write over if it exists (CommitOptions::recycle_pruned).
 RankWriteResult write_rank_shards(const std::filesystem::path& staging, int rank,
-                                  const std::vector<OwnedShard>& shards);
+                                  const std::vector<OwnedShard>& shards,
+                                  const std::filesystem::path& reuse = {});
 
 // The points of the protocol a test can interrupt (a hook that throws or kills the process).
 enum class CommitStage : uint8_t {
@@ -107,6 +109,10 @@ struct CommitOptions {
   // own and those it keeps); the node's first rank commits its copy only when it holds them all,
   // and the commit checks only their files.
   std::vector<int> kept_ranks = {};
+  // Elastic snapshots in shared memory: a pruned checkpoint's shard files are kept in
+  // CheckpointRoot::recycled_file for the next save to write over instead of new files (a new
+  // file's pages cost more than the write itself: 2.6-2.9 ms against 1.0-1.3 ms for 5 MB).
+  bool recycle_pruned = false;
 };
 
 // A directory of checkpoints step_N plus the `latest` pointer.
@@ -117,6 +123,8 @@ class CheckpointRoot {
   const std::filesystem::path& path() const { return root_; }
   std::filesystem::path step_dir(int64_t step) const;     // <root>/step_N
   std::filesystem::path staging_dir(int64_t step) const;  // <root>/step_N.tmp
+  // <root>/recycled/<file>: a pruned shard file kept to be written over (recycle_pruned).
+  std::filesystem::path recycled_file(const std::string& file) const;
   // Creates an empty staging directory for `step` (removing a stale one from a crash). One
   // rank calls it before the others write (they wait on a barrier).
   std::filesystem::path prepare_staging(int64_t step) const;

@@ -9,7 +9,8 @@
 // past `--warmup` steps of each run), then once per fault kind with
 // LATTICE_FAULT=kind@backward:1:STEP: the agent's detection time (from the rank's last sign of
 // life), its recovery time (from detection to the first step trained after the restore), the
-// steps lost (the fault's step minus the snapshot restored) and their sum as time, the lost
+// steps lost (the step in flight, fault step + 1, down to the snapshot restored: the fault
+// fires in the step after `--fault-step` were done) and their sum as time, the lost
 // steps priced at the median step (the runs' wall times differ by more than that on a busy
 // machine).
 #include <fmt/format.h>
@@ -143,9 +144,9 @@ void run_bench_elastic(const BenchElasticArgs& args) {
     }
     const RankFailure& f = run.failures.front();
     fmt::print("{:<8} {:>12.3f} {:>12.3f} {:>11} {:>14.2f}  {}\n", kind, f.detected_after_s,
-               f.recovery_s, args.fault_step - f.restored_step,
+               f.recovery_s, args.fault_step + 1 - f.restored_step,
                f.detected_after_s + f.recovery_s +
-                   double(args.fault_step - f.restored_step) * snapshot_median / 1e3,
+                   double(args.fault_step + 1 - f.restored_step) * snapshot_median / 1e3,
                f.cause);
   }
   fmt::print("# load at the end {}\n", load_average());

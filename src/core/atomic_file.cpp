@@ -25,13 +25,18 @@ std::filesystem::path temp_sibling(const std::filesystem::path& target) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::filesystem::path target)
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path target, const std::filesystem::path& reuse)
     : target_(std::move(target)), temp_(temp_sibling(target_)) {
   if (target_.filename().empty()) {
     LATTICE_THROW(IoError, "cannot write '{}': the path names a directory, not a file",
                   target_.string());
   }
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (!reuse.empty() && ::rename(reuse.c_str(), temp_.c_str()) == 0) {
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CLOEXEC);
+    reused_ = fd_ >= 0;
+    if (fd_ < 0) ::unlink(temp_.c_str());
+  }
+  if (fd_ < 0) fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     LATTICE_THROW(IoError,
                   "cannot create '{}' (temporary for '{}'): {} ---> HINT: check that "
@@ -57,11 +62,16 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
     }
     p += n;
     left -= size_t(n);
+    written_ += uint64_t(n);
   }
 }
 
 void AtomicFileWriter::commit() {
   LATTICE_CHECK(!committed_, "'{}' committed twice", target_.string());
+  if (reused_ && ::ftruncate(fd_, off_t(written_)) != 0) {
+    LATTICE_THROW(IoError, "cannot cut '{}' to {} bytes: {}", temp_.string(), written_,
+                  std::strerror(errno));
+  }
   if (::fsync(fd_) != 0) {
     LATTICE_THROW(IoError, "cannot flush '{}' to disk: {}", temp_.string(), std::strerror(errno));
   }

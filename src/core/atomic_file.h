@@ -13,8 +13,10 @@ namespace lattice {
 class AtomicFileWriter {
  public:
   // Creates the temporary file next to `target` (same directory, so rename is atomic).
-  // Throws IoError if the directory does not exist or is not writable.
-  explicit AtomicFileWriter(std::filesystem::path target);
+  // Throws IoError if the directory does not exist or is not writable. `reuse`, when that file
+  // exists: it becomes the temporary file and is written over instead (on tmpfs its pages are
+  // already allocated, and writing over them costs less than half of a new file's).
+  explicit AtomicFileWriter(std::filesystem::path target, const std::filesystem::path& reuse = {});
   // Removes the temporary file if commit() was not reached (e.g. an exception mid-write).
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
@@ -35,6 +37,8 @@ class AtomicFileWriter {
   std::filesystem::path temp_;
   int fd_ = -1;
   bool committed_ = false;
+  bool reused_ = false;  // written over an old file: cut to what was written at commit
+  uint64_t written_ = 0;
 };
 
 // `text` as the whole of `path`, through an AtomicFileWriter.

@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "ckpt/collective_async_saver.h"
 #include "ckpt/shard_writer.h"
 #include "core/error.h"
 #include "core/stop_request.h"
@@ -807,7 +808,7 @@ bool Agent::recover(RankFailure& failure) {
     return false;
   }
   ++generation_;
-  const std::optional<int64_t> snapshot = CheckpointRoot(snapshot_root(job_dir_)).latest_step();
+  const std::optional<int64_t> snapshot = newest_restorable_step(snapshot_root(job_dir_));
   failure.restored_step = snapshot.value_or(0);
   // Every slot whose process has ended gets a spare, or a new process on its node; the others
   // are kept.

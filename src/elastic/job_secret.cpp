@@ -56,15 +56,25 @@ std::optional<std::string> read_job_secret(const std::filesystem::path& path) {
 }
 
 void write_job_secret(const std::filesystem::path& path, const std::string& secret) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  // Written whole under another name, then linked into place: an agent polling for the file
+  // never reads it empty or half written, and an existing one is never replaced.
+  const std::filesystem::path temp = path.string() + fmt::format(".tmp.{}", ::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    LATTICE_THROW(IoError, "cannot create the job secret {}: {}", path.string(),
+    LATTICE_THROW(IoError, "cannot create the job secret {}: {}", temp.string(),
                   std::strerror(errno));
   }
   const std::string text = secret + "\n";
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
-  if (!ok) LATTICE_THROW(IoError, "cannot write the job secret {}", path.string());
+  const int linked = ok ? ::link(temp.c_str(), path.c_str()) : -1;
+  const int error = errno;
+  ::unlink(temp.c_str());
+  if (!ok) LATTICE_THROW(IoError, "cannot write the job secret {}", temp.string());
+  if (linked != 0) {
+    LATTICE_THROW(IoError, "cannot create the job secret {}: {}", path.string(),
+                  std::strerror(error));
+  }
 }
 
 }  // namespace lattice

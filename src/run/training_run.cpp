@@ -83,6 +83,8 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   options.commit.record_writes = true;
   // Written before the next step starts: a fault anywhere in it restores this step.
   options.commit.write_at_save = true;
+  // The pruned snapshots' pages in shared memory are written over, not freed and allocated anew.
+  options.commit.recycle_pruned = true;
   // Several nodes: each writes its own copy, holding the previous node's shards too.
   if (const SnapshotReplicator* replication = session->replication()) {
     options.commit.node_of_rank = replication->node_of_rank();

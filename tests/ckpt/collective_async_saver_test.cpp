@@ -10,6 +10,7 @@
 // (nor its staging directory), `latest` still names the previous checkpoint, which loads; the
 // saver works again afterwards.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
@@ -274,6 +275,86 @@ TEST(CollectiveAsyncSaver, ASaveEveryRankWroteIsCommittedAfterItsWorldEnded) {
     for (int64_t i = 0; i < back.numel(); ++i) ASSERT_EQ(back.data<float>()[i], float(2000 + i));
     EXPECT_FALSE(commit_written_staging(root, options).has_value());  // nothing newer is staged
   }
+}
+
+// Elastic snapshots in one root (write_at_save + record_writes): the lead commits each save on
+// a thread of its own once every rank's record is in the staging directory, and no rank takes
+// part in a collective for it: rank 1 here never calls poll() or wait() (the test's barriers
+// only order the checks), yet every save is committed. With recycle_pruned the pruned snapshot's
+// shard files are written over by the next save (the same inodes), not freed and made anew.
+TEST(CollectiveAsyncSaver, OneRootSnapshotsCommitOnTheLeadWithoutACollectiveAndRecycleFiles) {
+  const fs::path root = testing::scratch_dir("async_by_records");
+  const CommitOptions options{
+      .keep_last = 1, .record_writes = true, .write_at_save = true, .recycle_pruned = true};
+  auto inode = [](const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? st.st_ino : ino_t(0);
+  };
+  std::vector<ino_t> pruned(2), reused(2);
+  std::vector<std::optional<fs::path>> committed(2);
+  run_ranks(2, [&](Communicator& world) {
+    Arena arena("test");
+    Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
+    CollectiveAsyncSaver saver(root, world, options);
+    const int rank = world.rank();
+    const int64_t half = 8 * rank;
+    auto save = [&](int64_t step) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
+      Manifest manifest;
+      manifest.step = step;
+      manifest.layout.dp = 2;
+      saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
+                                             t.slice_rows(half, half + 8))});
+    };
+    save(1);
+    if (rank == 0) saver.wait();  // step 1 committed by the lead alone
+    world.barrier();
+    pruned[size_t(rank)] = inode(root / "step_1" / rank_file_name(rank));
+    save(2);  // the lead prunes step 1 into recycled/ when it commits step 2
+    if (rank == 0) saver.wait();
+    world.barrier();
+    save(3);  // written over step 1's files
+    if (rank == 0) saver.wait();
+    world.barrier();
+    reused[size_t(rank)] = inode(root / "step_3" / rank_file_name(rank));
+    committed[size_t(rank)] = saver.last_committed();
+  });
+  EXPECT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(committed[0], root / "step_3");
+  EXPECT_FALSE(committed[1].has_value());  // rank 1 commits nothing itself
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(pruned[size_t(r)], ino_t(0));
+    EXPECT_EQ(reused[size_t(r)], pruned[size_t(r)]) << "rank " << r << " wrote a new file";
+  }
+  Arena arena("read");
+  Tensor back = Tensor::empty(arena, {16, 8}, DType::kF32);
+  CheckpointReader(root / "step_3").read_global("t", back);
+  for (int64_t i = 0; i < back.numel(); ++i) ASSERT_EQ(back.data<float>()[i], float(3000 + i));
+  EXPECT_EQ(newest_restorable_step(root), 3);
+}
+
+// What the agent reports restoring: the newest committed step, or a newer one every rank
+// recorded writing; not one a rank did not finish.
+TEST(CollectiveAsyncSaver, TheNewestRestorableStepCountsAWrittenSaveAndNotATornOne) {
+  const fs::path root = testing::scratch_dir("async_restorable");
+  const CommitOptions options{.keep_last = 2, .record_writes = true};
+  run_ranks(2, [&](Communicator& world) {
+    Arena arena("test");
+    Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
+    CollectiveAsyncSaver saver(root, world, options);
+    for (int64_t step = 1; step <= 2; ++step) {
+      Manifest manifest;
+      manifest.step = step;
+      manifest.layout.dp = 2;
+      const int64_t half = 8 * world.rank();
+      saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
+                                             t.slice_rows(half, half + 8))});
+    }
+    saver.wait_written();
+  });
+  EXPECT_EQ(newest_restorable_step(root), 2);
+  fs::remove(root / "step_2.tmp" / "written_rank_00001.json");
+  EXPECT_EQ(newest_restorable_step(root), 1);
 }
 
 }  // namespace

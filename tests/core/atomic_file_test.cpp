@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
@@ -61,6 +62,34 @@ TEST_F(AtomicFileWriterTest, MissingDirectoryIsAClearError) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("out.bin"), std::string::npos) << e.what();
   }
+}
+
+// A writer given an old file writes over it (the same inode: on tmpfs, its pages) and cuts it to
+// what was written; the old file is gone. Without one, or with a missing one, a new file.
+TEST_F(AtomicFileWriterTest, AReusedFileIsWrittenOverAndCutToTheNewBytes) {
+  const auto old_file = dir_ / "recycled.bin";
+  std::ofstream(old_file) << "a longer old content than the new one";
+  const auto inode = [](const std::filesystem::path& p) {
+    struct stat st {};
+    ::stat(p.c_str(), &st);
+    return st.st_ino;
+  };
+  const ino_t before = inode(old_file);
+  const auto target = dir_ / "out.bin";
+  {
+    AtomicFileWriter writer(target, old_file);
+    writer.write("new bytes", 9);
+    writer.commit();
+  }
+  EXPECT_EQ(read_all(target), "new bytes");
+  EXPECT_EQ(inode(target), before);
+  EXPECT_FALSE(std::filesystem::exists(old_file));
+  {
+    AtomicFileWriter writer(dir_ / "fresh.bin", dir_ / "no-such-file");
+    writer.write("fresh", 5);
+    writer.commit();
+  }
+  EXPECT_EQ(read_all(dir_ / "fresh.bin"), "fresh");
 }
 
 }  // namespace
