@@ -45,6 +45,14 @@ void remove_job_dir(pid_t agent) {
   }
 }
 
+// A node lost whole: its agent killed (its ranks die with it, PR_SET_PDEATHSIG) and its shared
+// memory gone with it.
+void kill_node(CliProcess& agent) {
+  agent.signal(SIGKILL);
+  agent.wait(kLimitS);
+  remove_job_dir(agent.pid());
+}
+
 class ElasticNodes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -204,9 +212,7 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
   if (frozen) {
     ::kill(-other.pid(), SIGSTOP);  // the agent and its ranks: one process group
   } else {
-    other.signal(SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
-    other.wait(kLimitS);
-    remove_job_dir(other.pid());  // the node's shared memory is gone with it
+    kill_node(other);
   }
   const CliResult r = lead.wait(kLimitS);
   if (frozen) {
@@ -260,9 +266,7 @@ TEST_F(ElasticNodes, ThreeNodesLoseTheMiddleOneAndRestoreFromTheOthersCopiesBitw
   CliProcess lead(agent(0, 1, port, dir, {"--min-ranks", "2"}, {}, 3));
   const auto metrics = dir / "out" / "metrics.jsonl";
   wait_for_step(metrics, 8);
-  middle.signal(SIGKILL);
-  middle.wait(kLimitS);
-  remove_job_dir(middle.pid());
+  kill_node(middle);
   const CliResult r = lead.wait(kLimitS);
   const CliResult l = last.wait(kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
@@ -310,12 +314,8 @@ TEST_F(ElasticNodes, TwoNeighbouringNodesLostEndTheJobNamingTheDurableCheckpoint
   CliProcess last(agent(2, 1, port, dir, {}, {}, 3));
   CliProcess lead(agent(0, 1, port, dir, {"--min-ranks", "1"}, {}, 3));
   wait_for_step(dir / "out" / "metrics.jsonl", 6);
-  middle.signal(SIGKILL);
-  last.signal(SIGKILL);
-  for (CliProcess* lost : {&middle, &last}) {
-    lost->wait(kLimitS);
-    remove_job_dir(lost->pid());
-  }
+  kill_node(middle);
+  kill_node(last);
   const CliResult r = lead.wait(kLimitS);
   EXPECT_NE(r.exit_code, 0) << r.all();
   EXPECT_FALSE(r.timed_out) << r.all();
@@ -335,9 +335,7 @@ TEST_F(ElasticNodes, ALostNodesRanksTakeTheSparesOfTheOtherNodeBitwise) {
   CliProcess lead(agent(0, 2, port, dir, {"--spares", "2"}));
   const auto metrics = dir / "out" / "metrics.jsonl";
   wait_for_step(metrics, 6);
-  other.signal(SIGKILL);
-  other.wait(kLimitS);
-  remove_job_dir(other.pid());
+  kill_node(other);
   const CliResult r = lead.wait(kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(std::regex_search(
@@ -392,9 +390,7 @@ TEST_F(ElasticNodes, AgentZeroLostEndsTheOtherAgentsAndTheirRanks) {
   CliProcess lead(agent(0, 1, port, dir, {}));
   const auto metrics = dir / "out" / "metrics.jsonl";
   wait_for_step(metrics, 3);
-  lead.signal(SIGKILL);
-  lead.wait(kLimitS);
-  remove_job_dir(lead.pid());
+  kill_node(lead);
   const CliResult o = other.wait(kLimitS);
   EXPECT_NE(o.exit_code, 0) << o.all();
   EXPECT_FALSE(o.timed_out) << o.all();
