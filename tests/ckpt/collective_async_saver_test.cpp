@@ -233,6 +233,18 @@ TEST(CollectiveAsyncSaver, AWorldOfOneCommitsAtPollOrWait) {
   EXPECT_EQ(CheckpointRoot(root).committed_steps(), (std::vector<int64_t>{3, 2}));
 }
 
+// One save of a 2-rank world's tensor `t` (16 × 8, filled with step·1000 + i): each rank its
+// half of the rows.
+void save_half(CollectiveAsyncSaver& saver, Tensor& t, int rank, int64_t step) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
+  Manifest manifest;
+  manifest.step = step;
+  manifest.layout.dp = 2;
+  const int64_t half = 8 * rank;
+  saver.save(manifest,
+             {OwnedShard::rows("t", Shape({16, 8}), half, half + 8, t.slice_rows(half, half + 8))});
+}
+
 // Elastic snapshots (CommitOptions::record_writes): a save both ranks finished writing but whose
 // world ended before the collective commit is committed by the next world's lead rank and
 // reads back; without one rank's record (it died mid-write) it is not, and the newest
@@ -245,15 +257,7 @@ TEST(CollectiveAsyncSaver, ASaveEveryRankWroteIsCommittedAfterItsWorldEnded) {
       Arena arena("test");
       Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
       CollectiveAsyncSaver saver(root, world, options);
-      for (int64_t step = 1; step <= 2; ++step) {
-        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
-        Manifest manifest;
-        manifest.step = step;
-        manifest.layout.dp = 2;
-        const int64_t half = 8 * world.rank();
-        saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
-                                               t.slice_rows(half, half + 8))});
-      }
+      for (int64_t step = 1; step <= 2; ++step) save_half(saver, t, world.rank(), step);
       // Step 1 committed by the second save; step 2 written, then the world ends uncommitted.
       saver.wait_written();
     });
@@ -297,15 +301,7 @@ TEST(CollectiveAsyncSaver, OneRootSnapshotsCommitOnTheLeadWithoutACollectiveAndR
     Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
     CollectiveAsyncSaver saver(root, world, options);
     const int rank = world.rank();
-    const int64_t half = 8 * rank;
-    auto save = [&](int64_t step) {
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(step * 1000 + i);
-      Manifest manifest;
-      manifest.step = step;
-      manifest.layout.dp = 2;
-      saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
-                                             t.slice_rows(half, half + 8))});
-    };
+    auto save = [&](int64_t step) { save_half(saver, t, rank, step); };
     save(1);
     if (rank == 0) saver.wait();  // step 1 committed by the lead alone
     world.barrier();
@@ -342,14 +338,7 @@ TEST(CollectiveAsyncSaver, TheNewestRestorableStepCountsAWrittenSaveAndNotATornO
     Arena arena("test");
     Tensor t = Tensor::empty(arena, {16, 8}, DType::kF32);
     CollectiveAsyncSaver saver(root, world, options);
-    for (int64_t step = 1; step <= 2; ++step) {
-      Manifest manifest;
-      manifest.step = step;
-      manifest.layout.dp = 2;
-      const int64_t half = 8 * world.rank();
-      saver.save(manifest, {OwnedShard::rows("t", Shape({16, 8}), half, half + 8,
-                                             t.slice_rows(half, half + 8))});
-    }
+    for (int64_t step = 1; step <= 2; ++step) save_half(saver, t, world.rank(), step);
     saver.wait_written();
   });
   EXPECT_EQ(newest_restorable_step(root), 2);
