@@ -47,6 +47,12 @@ struct PlanArgs {
   bool sp = false, no_sp = false;
   int top = 5;
   bool json = false;
+  // Energy and cost: prices over the cluster's (0: the cluster's own, none in the presets), the
+  // run's length in tokens, what to minimise, and the time the run must fit in.
+  double price_gpu_hour = 0, price_kwh = 0;
+  double tokens = 0;
+  std::string optimize = "time";
+  std::string deadline;
   // --validate (its defaults differ: the model shakespeare-char, a batch of 8, fp32, the default
   // profile; see plan_validate_command.h).
   bool validate = false;
@@ -76,6 +82,72 @@ double parse_headroom(const std::string& text) {
   return percent / 100.0;
 }
 
+// "30d", "720h" or "720" (hours) -> hours; empty -> 0.
+double parse_deadline_hours(const std::string& text) {
+  if (text.empty()) return 0.0;
+  const double unit = text.ends_with('d') ? 24.0 : 1.0;
+  const std::string number =
+      text.ends_with('d') || text.ends_with('h') ? text.substr(0, text.size() - 1) : text;
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(number, &used);
+  } catch (const std::exception&) {
+  }
+  if (number.empty() || used != number.size() || !(value > 0)) {
+    LATTICE_THROW(ConfigError,
+                  "--deadline '{}' is not a duration ---> HINT: --deadline 30d (days) or 720h "
+                  "(hours)",
+                  text);
+  }
+  return value * unit;
+}
+
+// --deadline: the search at each device count up to the one given (whole nodes), the layouts
+// that train the token budget in time kept, the best of them by the objective chosen.
+void search_within_deadline(plan::PlanOutcome& outcome,
+                            const plan::SearchConstraints& constraints) {
+  const plan::TrainingSetup given = outcome.setup;
+  const int64_t per_node = std::max<int64_t>(given.cluster.gpus_per_node, 1);
+  std::vector<int64_t> counts;
+  for (int64_t d = per_node; d <= given.devices; d += per_node) counts.push_back(d);
+  if (counts.empty() || counts.back() != given.devices) counts.push_back(given.devices);
+  std::optional<double> best_value, fastest_hours;
+  for (int64_t devices : counts) {
+    plan::TrainingSetup setup = given;
+    setup.devices = devices;
+    plan::SearchResult result;
+    try {
+      result = plan::search_layouts(setup, constraints);
+    } catch (const ConfigError&) {
+      continue;  // a fixed size that does not divide this count
+    }
+    std::vector<plan::Evaluation> in_time;
+    for (const plan::Evaluation& e : result.ranked) {
+      const double hours = outcome.token_budget / e.time.tokens_per_second / 3600.0;
+      if (!fastest_hours || hours < *fastest_hours) fastest_hours = hours;
+      if (hours <= outcome.deadline_hours) in_time.push_back(e);
+    }
+    if (in_time.empty()) continue;
+    const double value =
+        plan::objective_per_token(constraints.objective, setup, in_time.front().time);
+    if (best_value && value >= *best_value) continue;
+    best_value = value;
+    result.ranked = std::move(in_time);
+    outcome.setup = setup;
+    outcome.search = std::move(result);
+  }
+  if (!best_value) {
+    LATTICE_THROW(ConfigError,
+                  "no layout trains {:.3g} tokens within {:.1f} days on up to {} devices{} ---> "
+                  "HINT: add devices (--nodes), allow more time, or train fewer tokens",
+                  outcome.token_budget, outcome.deadline_hours / 24, given.devices,
+                  fastest_hours
+                      ? fmt::format(" (the fastest takes {:.1f} days)", *fastest_hours / 24)
+                      : std::string());
+  }
+}
+
 void run_plan(const PlanArgs& args) {
   if (args.model.empty() || args.global_batch <= 0) {
     LATTICE_THROW(ConfigError,
@@ -93,6 +165,13 @@ void run_plan(const PlanArgs& args) {
   setup.dropout = args.dropout;
   setup.flash_attention = !args.materialized_attention;
   setup.memory_headroom = parse_headroom(args.headroom);
+  if (args.price_gpu_hour < 0 || args.price_kwh < 0 || args.tokens < 0) {
+    LATTICE_THROW(ConfigError,
+                  "--price-gpu-hour, --price-kwh and --tokens cannot be negative ---> HINT: e.g. "
+                  "--price-gpu-hour 2.5 --tokens 1e12");
+  }
+  if (args.price_gpu_hour > 0) setup.cluster.price.per_device_hour = args.price_gpu_hour;
+  if (args.price_kwh > 0) setup.cluster.price.per_kwh = args.price_kwh;
 
   plan::SearchConstraints constraints;
   constraints.dp = fixed(args.dp);
@@ -122,10 +201,33 @@ void run_plan(const PlanArgs& args) {
     }
   }
 
+  constraints.objective = plan::parse_objective(args.optimize);
+  if (constraints.objective == plan::Objective::kCost && setup.cluster.price.per_device_hour <= 0 &&
+      setup.cluster.price.per_kwh <= 0) {
+    LATTICE_THROW(ConfigError,
+                  "--optimize cost needs a price ---> HINT: --price-gpu-hour 2.5 (a rented "
+                  "device, power included) and/or --price-kwh 0.12 (power paid apart), or a "
+                  "cluster profile's \"price\"");
+  }
+
   plan::PlanOutcome outcome;
   outcome.setup = setup;
+  outcome.objective = constraints.objective;
+  outcome.token_budget = args.tokens;
+  outcome.deadline_hours = parse_deadline_hours(args.deadline);
+  outcome.devices_given = setup.devices;
   Stopwatch watch;
-  outcome.search = plan::search_layouts(setup, constraints);
+  if (outcome.deadline_hours > 0) {
+    if (args.tokens <= 0) {
+      LATTICE_THROW(ConfigError,
+                    "--deadline {} needs the run's length ---> HINT: --tokens 1e12 (the tokens to "
+                    "train)",
+                    args.deadline);
+    }
+    search_within_deadline(outcome, constraints);
+  } else {
+    outcome.search = plan::search_layouts(setup, constraints);
+  }
   outcome.search_seconds = watch.seconds();
   if (!outcome.search.ranked.empty()) {
     outcome.alternatives = plan::explain_alternatives(setup, outcome.search.ranked.front());
@@ -186,6 +288,18 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--headroom", args->headroom,
                   "Keep this share of each device's memory free, e.g. 10% (a layout must fit "
                   "in the rest)");
+  cmd->add_option("--price-gpu-hour", args->price_gpu_hour,
+                  "Money per device-hour (a rented device, power included): the report adds cost "
+                  "per million tokens");
+  cmd->add_option("--price-kwh", args->price_kwh, "Money per kWh of power paid apart");
+  cmd->add_option("--tokens", args->tokens,
+                  "The run's length in tokens (1e12): its time, energy and cost in the report");
+  cmd->add_option("--optimize", args->optimize,
+                  "What the ranking minimises per token: time, cost or energy")
+      ->capture_default_str();
+  cmd->add_option("--deadline", args->deadline,
+                  "With --tokens: the best layout (by --optimize) that trains them within this "
+                  "time (30d, 720h), on up to the devices given (fewer nodes are tried too)");
   cmd->add_flag("--json", args->json, "Print JSON instead of the report");
 
   PlanValidateArgs& v = args->validation;

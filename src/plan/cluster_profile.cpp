@@ -97,6 +97,14 @@ void check_complete(const ClusterSpec& c, const std::string& origin) {
   require(c.device.peak_flops_bf16 > 0 || c.device.peak_flops_fp32 > 0, "device.peak_flops");
   require(c.intra_node.peak_bytes_per_s > 0, "links.intra_node.peak_bytes_per_s");
   require(c.inter_node.peak_bytes_per_s > 0, "links.inter_node.peak_bytes_per_s");
+  const PowerSpec& w = c.power;
+  if (w.busy_watts < 0 || w.waiting_watts < 0 || w.node_other_watts < 0 || w.pue < 1 ||
+      c.price.per_device_hour < 0 || c.price.per_kwh < 0) {
+    LATTICE_THROW(ConfigError,
+                  "{}: power watts and prices must not be negative, and power.pue is at least 1 "
+                  "---> HINT: e.g. \"power\": {{\"busy_watts\": 700, \"pue\": 1.2}}",
+                  origin);
+  }
   for (const GemmPoint& g : c.gemm) {
     require(g.m > 0 && g.n > 0 && g.k > 0 && g.efficiency > 0, "gemm[].m/n/k/efficiency");
   }
@@ -157,6 +165,17 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
       read_number(d["peak_flops"], "bf16", c.device.peak_flops_bf16, origin);
       read_number(d["peak_flops"], "fp32", c.device.peak_flops_fp32, origin);
     }
+  }
+  if (j.contains("power")) {
+    const json& p = j["power"];
+    read_number(p, "busy_watts", c.power.busy_watts, origin);
+    read_number(p, "waiting_watts", c.power.waiting_watts, origin);
+    read_number(p, "node_other_watts", c.power.node_other_watts, origin);
+    read_number(p, "pue", c.power.pue, origin);
+  }
+  if (j.contains("price")) {
+    read_number(j["price"], "per_device_hour", c.price.per_device_hour, origin);
+    read_number(j["price"], "per_kwh", c.price.per_kwh, origin);
   }
   if (j.contains("links")) {
     if (j["links"].contains("intra_node"))
@@ -260,6 +279,12 @@ std::string write_cluster_profile(const ClusterSpec& c) {
         {"max_gemm_efficiency", c.device.max_gemm_efficiency},
         {"gemm_half_dim", c.device.gemm_half_dim}}},
       {"links", {{"intra_node", link(c.intra_node)}, {"inter_node", link(c.inter_node)}}},
+      {"power",
+       {{"busy_watts", c.power.busy_watts},
+        {"waiting_watts", c.power.waiting_watts},
+        {"node_other_watts", c.power.node_other_watts},
+        {"pue", c.power.pue}}},
+      {"price", {{"per_device_hour", c.price.per_device_hour}, {"per_kwh", c.price.per_kwh}}},
       {"gemm", gemm},
       {"collectives", collectives},
       {"runtime",

@@ -41,6 +41,10 @@ ClusterSpec dgx_a100() {
       .name = "NVLink3", .peak_bytes_per_s = 300e9, .achievable = 0.78, .alpha_s = 1e-6};
   c.inter_node = {
       .name = "InfiniBand HDR", .peak_bytes_per_s = 25e9, .achievable = 0.90, .alpha_s = 5e-6};
+  // A100 SXM4 TDP 400 W (datasheet); DGX A100 maximum system power 6.5 kW (datasheet) less its
+  // 8 GPUs' 3.2 kW: an upper bound for the rest of the node. Waiting at a quarter of TDP is an
+  // assumption (a GPU in a communication kernel draws far below TDP, above its ~50 W idle).
+  c.power = {.busy_watts = 400, .waiting_watts = 100, .node_other_watts = 3300, .pue = 1.0};
   return c;
 }
 
@@ -60,6 +64,9 @@ ClusterSpec dgx_h100() {
       .name = "NVLink4", .peak_bytes_per_s = 450e9, .achievable = 0.80, .alpha_s = 1e-6};
   c.inter_node = {
       .name = "InfiniBand NDR", .peak_bytes_per_s = 50e9, .achievable = 0.90, .alpha_s = 4e-6};
+  // H100 SXM5 TDP 700 W (datasheet); DGX H100 maximum system power 10.2 kW (datasheet) less its
+  // 8 GPUs' 5.6 kW; waiting at a quarter of TDP (an assumption, as for the A100).
+  c.power = {.busy_watts = 700, .waiting_watts = 175, .node_other_watts = 4600, .pue = 1.0};
   return c;
 }
 

@@ -64,6 +64,24 @@ struct RuntimeFactors {
   double dp_bucket_bytes = 25.0 * (1 << 20);  // gradient bucket (PyTorch DDP's 25 MiB default)
 };
 
+// Power and prices, for lattice plan's energy and cost. A device draws busy_watts while it
+// computes and waiting_watts while it waits (exposed communication, the pipeline bubble); the
+// rest of a node (CPUs, memory, NICs, fans) draws node_other_watts; the facility multiplies
+// the lot by its power usage effectiveness.
+struct PowerSpec {
+  double busy_watts = 0;
+  double waiting_watts = 0;
+  double node_other_watts = 0;
+  double pue = 1.0;
+};
+
+// What an hour of one device and a kWh cost (0: not known, and the report leaves money out).
+// A rented device's price includes its power: give per_kwh only for power paid apart.
+struct PriceSpec {
+  double per_device_hour = 0;
+  double per_kwh = 0;
+};
+
 struct ClusterSpec {
   std::string name;
   int64_t gpus_per_node = 8;
@@ -73,6 +91,8 @@ struct ClusterSpec {
   std::vector<GemmPoint> gemm;               // empty: the uncalibrated curve
   std::vector<CollectivePoint> collectives;  // empty: the link presets
   RuntimeFactors runtime;
+  PowerSpec power;
+  PriceSpec price;
 
   double usable_memory_bytes() const { return device.memory_bytes - device.reserved_bytes; }
   double peak_flops(Precision precision) const {

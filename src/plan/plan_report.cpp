@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "plan/model_spec.h"
 
 namespace lattice::plan {
@@ -61,6 +63,35 @@ std::string format_time(const TimeBreakdown& t) {
   return out;
 }
 
+std::string format_cost(const PlanOutcome& o, const TimeBreakdown& t) {
+  const TrainingSetup& s = o.setup;
+  const PowerSpec& w = s.cluster.power;
+  const RunCost c = estimate_run_cost(s, t);
+  std::string out = fmt::format(
+      "  energy per step: {:.4g} kWh, {:.4g} kWh per million tokens (devices busy {:.0f}% of the "
+      "step at {:.0f} W, waiting at {:.0f} W; {:.0f} W per node besides; PUE {:.2f})\n",
+      c.joules_per_step / 3.6e6, c.kwh_per_million_tokens, c.busy_fraction * 100, w.busy_watts,
+      w.waiting_watts, w.node_other_watts, w.pue);
+  const PriceSpec& p = s.cluster.price;
+  const bool priced = p.per_device_hour > 0 || p.per_kwh > 0;
+  if (priced) {
+    out += fmt::format(
+        "  cost: {:.4g} per step, {:.4g} per million tokens ({:.4g} per device-hour, {:.4g} per "
+        "kWh)\n",
+        c.money_per_step, c.money_per_million_tokens, p.per_device_hour, p.per_kwh);
+  }
+  if (o.token_budget > 0 && c.tokens_per_step > 0) {
+    const double steps = o.token_budget / c.tokens_per_step;
+    const double hours = steps * t.step / 3600.0;
+    out += fmt::format("  for {:.3g} tokens: {:.0f} steps, {:.1f} days on {} devices, {:.4g} MWh",
+                       o.token_budget, std::ceil(steps), hours / 24, s.devices,
+                       steps * c.joules_per_step / 3.6e9);
+    if (priced) out += fmt::format(", {:.4g} in money", steps * c.money_per_step);
+    out += "\n";
+  }
+  return out;
+}
+
 std::string format_report(const PlanOutcome& o) {
   const TrainingSetup& s = o.setup;
   std::string out = fmt::format(
@@ -99,9 +130,19 @@ std::string format_report(const PlanOutcome& o) {
     return out;
   }
   const Evaluation& best = r.ranked.front();
+  if (o.deadline_hours > 0) {
+    out += fmt::format(
+        "deadline {:.1f} days for {:.3g} tokens: the best by {} that meets it uses {} of the {} "
+        "devices given\n",
+        o.deadline_hours / 24, o.token_budget, objective_name(o.objective), s.devices,
+        o.devices_given);
+  } else if (o.objective != Objective::kTime) {
+    out += fmt::format("ranked by {} per token\n", objective_name(o.objective));
+  }
   out += fmt::format("recommended: {}\n", describe(best.layout));
   out += format_memory(best.memory);
   out += format_time(best.time);
+  out += format_cost(o, best.time);
   if (r.ranked.size() > 1) {
     out += "\nnext best:\n";
     for (size_t i = 1; i < r.ranked.size(); ++i) {
@@ -216,6 +257,26 @@ nlohmann::json to_json(const PlanOutcome& o) {
       {"ranked", ranked},
       {"alternatives", alternatives},
   };
+  j["objective"] = objective_name(o.objective);
+  if (!o.search.ranked.empty()) {
+    const RunCost c = estimate_run_cost(s, o.search.ranked.front().time);
+    j["cost"] = {{"busy_fraction", c.busy_fraction},
+                 {"kwh_per_step", c.joules_per_step / 3.6e6},
+                 {"kwh_per_million_tokens", c.kwh_per_million_tokens},
+                 {"money_per_step", c.money_per_step},
+                 {"money_per_million_tokens", c.money_per_million_tokens}};
+    if (o.token_budget > 0 && c.tokens_per_step > 0) {
+      const double steps = o.token_budget / c.tokens_per_step;
+      j["budget"] = {{"tokens", o.token_budget},
+                     {"hours", steps * o.search.ranked.front().time.step / 3600.0},
+                     {"mwh", steps * c.joules_per_step / 3.6e9},
+                     {"money", steps * c.money_per_step}};
+    }
+  }
+  if (o.deadline_hours > 0) {
+    j["deadline_hours"] = o.deadline_hours;
+    j["devices_given"] = o.devices_given;
+  }
   if (o.search.closest_to_fitting) j["closest_to_fitting"] = to_json(*o.search.closest_to_fitting);
   if (o.search.ranked.empty() && o.search.first_rejected) {
     j["first_rejected"] = to_json(*o.search.first_rejected);

@@ -18,7 +18,15 @@ struct PlanOutcome {
   SearchResult search;
   std::vector<Alternative> alternatives;  // for search.ranked.front()
   double search_seconds = 0;
+  Objective objective = Objective::kTime;
+  double token_budget = 0;    // --tokens: the run's length, for its time, energy and cost
+  double deadline_hours = 0;  // --deadline: the budget's time limit (0: none)
+  int64_t devices_given = 0;  // the devices --nodes/--gpus allowed (under --deadline, perhaps more
+                              // than setup.devices, the fewest the best layout needs)
 };
+
+// The recommended layout's energy and cost lines (and the budget's, with --tokens).
+std::string format_cost(const PlanOutcome& outcome, const TimeBreakdown& time);
 
 std::string format_memory(const MemoryBreakdown& memory);
 std::string format_time(const TimeBreakdown& time);

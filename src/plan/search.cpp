@@ -20,12 +20,13 @@ std::vector<int64_t> choices(const std::optional<int64_t>& fixed, std::vector<in
   return all;
 }
 
-// Faster first; among equals the one that moves fewer bytes (no ZeRO-3 when its gathers hide
-// completely), then the one with less memory.
-bool better(const Evaluation& a, const Evaluation& b) {
-  if (a.time.tokens_per_second != b.time.tokens_per_second) {
-    return a.time.tokens_per_second > b.time.tokens_per_second;
-  }
+// The objective's best first (by default the fastest); among equals the one that moves fewer
+// bytes (no ZeRO-3 when its gathers hide completely), then the one with less memory.
+bool better(const Evaluation& a, const Evaluation& b, const TrainingSetup& setup,
+            Objective objective) {
+  const double ka = objective_per_token(objective, setup, a.time);
+  const double kb = objective_per_token(objective, setup, b.time);
+  if (ka != kb) return ka < kb;
   auto traffic = [](const TimeBreakdown& t) {
     return t.dp_communication_total + t.tp_communication + t.pp_communication;
   };
@@ -54,8 +55,11 @@ class Ranking {
     }
     ++result_.feasible;
     auto& ranked = result_.ranked;
-    if (int(ranked.size()) == constraints_.top_k && !better(e, ranked.back())) return;
-    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), e, better), std::move(e));
+    auto before = [this](const Evaluation& a, const Evaluation& b) {
+      return better(a, b, setup_, constraints_.objective);
+    };
+    if (int(ranked.size()) == constraints_.top_k && !before(e, ranked.back())) return;
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), e, before), std::move(e));
     if (int(ranked.size()) > constraints_.top_k) ranked.pop_back();
   }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "plan/energy_cost.h"
 #include "plan/evaluation.h"
 
 namespace lattice::plan {
@@ -24,10 +25,11 @@ struct SearchConstraints {
   std::vector<Schedule> schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B,
                                      Schedule::kGpipe, Schedule::kZeroBubbleH1};
   int top_k = 5;
+  Objective objective = Objective::kTime;  // what the ranking minimises per token
 };
 
 struct SearchResult {
-  std::vector<Evaluation> ranked;  // the top_k feasible layouts, fastest first
+  std::vector<Evaluation> ranked;  // the top_k feasible layouts, the objective's best first
   int64_t evaluated = 0;           // layouts enumerated and judged
   int64_t feasible = 0;
   std::array<int64_t, 5> rejected{};  // by RejectReason

@@ -2,6 +2,7 @@
 // refusals of an unknown model and a missing batch.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -89,6 +90,57 @@ TEST(PlanCli, HeadroomKeepsTheRecommendationOffTheTopOfTheMemory) {
   const CliResult b = run_cli(plan(bad), kLimitS);
   EXPECT_EQ(b.exit_code, 3) << b.all();
   EXPECT_NE(b.err.find("--headroom '150%' is not a percentage"), std::string::npos) << b.err;
+}
+
+// Prices and a token budget add energy, money and the run's length to the report; --deadline
+// picks the fewest devices whose best layout trains the budget in time (fewer than given when
+// the deadline is loose) and refuses, naming the fastest, when none does; --optimize cost
+// without a price is refused.
+TEST(PlanCli, PricesATokenBudgetAndADeadlineChooseAndCostTheRun) {
+  const std::vector<std::string> setup = {"--model", "llama-3-8b", "--cluster",      "dgx-h100",
+                                          "--nodes", "8",          "--global-batch", "256",
+                                          "--seq",   "4096",       "--tokens",       "1e11"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = setup;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return plan(a);
+  };
+  const CliResult priced = run_cli(with({"--price-gpu-hour", "2", "--json"}), kLimitS);
+  ASSERT_EQ(priced.exit_code, 0) << priced.all();
+  const nlohmann::json j = nlohmann::json::parse(priced.out);
+  const double step = j.at("ranked").at(0).at("time").at("step_s").get<double>();
+  // 64 devices at 2 per device-hour, no power price: money is device-hours.
+  EXPECT_NEAR(j.at("cost").at("money_per_step").get<double>(), 64 * step / 3600.0 * 2, 1e-9);
+  EXPECT_GT(j.at("cost").at("kwh_per_step").get<double>(), 0.0);
+  const double hours = j.at("budget").at("hours").get<double>();
+  EXPECT_NEAR(hours, 1e11 / (256.0 * 4096) * step / 3600.0, 1e-6 * hours);
+
+  // A deadline twice the full cluster's time: fewer nodes do it, and the report says how many.
+  const std::string loose = fmt::format("{}h", 2 * hours);
+  const CliResult deadline =
+      run_cli(with({"--deadline", loose, "--optimize", "energy", "--json"}), kLimitS);
+  ASSERT_EQ(deadline.exit_code, 0) << deadline.all();
+  const nlohmann::json d = nlohmann::json::parse(deadline.out);
+  const int devices = d.at("cluster").at("devices").get<int>();
+  EXPECT_LT(devices, 64) << deadline.out;
+  EXPECT_EQ(d.at("devices_given"), 64);
+  EXPECT_LE(d.at("budget").at("hours").get<double>(), 2 * hours);
+  const CliResult text = run_cli(with({"--deadline", loose, "--optimize", "energy"}), kLimitS);
+  EXPECT_NE(text.out.find(fmt::format("uses {} of the 64 devices given", devices)),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("energy per step:"), std::string::npos) << text.out;
+
+  const CliResult impossible =
+      run_cli(with({"--deadline", fmt::format("{}h", hours / 2)}), kLimitS);
+  EXPECT_EQ(impossible.exit_code, 3) << impossible.all();
+  EXPECT_NE(impossible.err.find("no layout trains 1e+11 tokens within"), std::string::npos)
+      << impossible.err;
+  EXPECT_NE(impossible.err.find("the fastest takes"), std::string::npos) << impossible.err;
+
+  const CliResult unpriced = run_cli(with({"--optimize", "cost"}), kLimitS);
+  EXPECT_EQ(unpriced.exit_code, 3) << unpriced.all();
+  EXPECT_NE(unpriced.err.find("--optimize cost needs a price"), std::string::npos) << unpriced.err;
 }
 
 }  // namespace

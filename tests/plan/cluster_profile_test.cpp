@@ -25,6 +25,8 @@ ClusterSpec calibrated() {
                            .alpha_s = 3.5e-5,
                            .bus_bytes_per_s = 41e9});
   c.runtime.dp_overlap = 0.6;
+  c.power = {.busy_watts = 650, .waiting_watts = 200, .node_other_watts = 3000, .pue = 1.3};
+  c.price = {.per_device_hour = 2.25, .per_kwh = 0.08};
   return c;
 }
 
@@ -44,6 +46,9 @@ TEST(ClusterProfile, WriteThenParseGivesTheSameCluster) {
   EXPECT_EQ(back.collectives[0].group_size, 16);
   EXPECT_EQ(back.collectives[0].bus_bytes_per_s, 41e9);
   EXPECT_EQ(back.runtime.dp_overlap, 0.6);
+  EXPECT_EQ(back.power.busy_watts, c.power.busy_watts);
+  EXPECT_EQ(back.power.pue, 1.3);
+  EXPECT_EQ(back.price.per_device_hour, 2.25);
   EXPECT_EQ(write_cluster_profile(back), write_cluster_profile(c));
 }
 
@@ -87,6 +92,10 @@ TEST(ClusterProfile, MalformedProfilesNameTheProblem) {
                         "collectives": [{"transport": "pcie", "op": "all_reduce",
                         "group_size": 2, "alpha_s": 1e-5, "bus_bytes_per_s": 1e10}]})")
                 .find("pcie"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100",
+                        "power": {"pue": 0.5}})")
+                .find("pue is at least 1"),
             std::string::npos);
   EXPECT_NE(message(R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100",
                         "device": {"memory_bytes": "lots"}})")
