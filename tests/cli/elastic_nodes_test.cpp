@@ -141,6 +141,23 @@ class ElasticNodes : public ::testing::Test {
     }
   }
 
+  // The step restored ("restored from the in-memory snapshot of step N"), -1 when none was.
+  static int restored_step(const std::string& out) {
+    std::smatch m;
+    if (!std::regex_search(out, m,
+                           std::regex("restored from the in-memory snapshot of step (\\d+)"))) {
+      return -1;
+    }
+    return std::stoi(m[1]);
+  }
+
+  // The last loss of `metrics` within 1e-5 of the uninterrupted run `full`'s.
+  static void expect_loss_near(const std::filesystem::path& metrics,
+                               const std::filesystem::path& full) {
+    const double reference = last_metric(full / "metrics.jsonl", "loss");
+    EXPECT_NEAR(last_metric(metrics, "loss"), reference, 1e-5 * std::abs(reference));
+  }
+
   static std::filesystem::path* data_;
   static std::filesystem::path* config_;
 };
@@ -183,11 +200,7 @@ TEST_F(ElasticNodes, ARankKilledOnTheOtherNodeComesBackFromTheSnapshotBitwise) {
       std::regex(
           R"(generation 1: ranks 0 \(node 0, process 0, kept\), 1 \(node 1, process \d+, new\))")))
       << r.err;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m,
-                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
-      << r.out;
-  EXPECT_GE(std::stoi(m[1]), 4);  // at most one step lost
+  EXPECT_GE(restored_step(r.out), 4) << r.out;  // at most one step lost
   expect_same_final(dir / "out", base, 2);
 }
 
@@ -229,14 +242,9 @@ TEST_P(ElasticNodeLoss, TheSurvivorsRestoreFromTheReplicaBitwise) {
     EXPECT_NE(r.err.find("the agent started generation 1"), std::string::npos) << r.err;
   }
   EXPECT_NE(r.out.find("global batch 12 kept"), std::string::npos) << r.out;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m,
-                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
-      << r.out;
-  const int restored = std::stoi(m[1]);
-  EXPECT_GE(restored, 7);  // lost after step 8 was logged: at most one step lost
-  const double reference = last_metric(full / "metrics.jsonl", "loss");
-  EXPECT_NEAR(last_metric(metrics, "loss"), reference, 1e-5 * std::abs(reference));
+  const int restored = restored_step(r.out);
+  EXPECT_GE(restored, 7) << r.out;  // lost after step 8 was logged: at most one step lost
+  expect_loss_near(metrics, full);
   const auto resumed = out_dir("node_lost_resumed_" + GetParam());
   std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
   for (std::string& a :
@@ -278,18 +286,14 @@ TEST_F(ElasticNodes, ThreeNodesLoseTheMiddleOneAndRestoreFromTheOthersCopiesBitw
   // Each survivor's copy lacked the other's shard of the restored step.
   EXPECT_NE(r.all().find("rank 0: filled this node's copy"), std::string::npos) << r.all();
   EXPECT_NE(l.all().find("rank 1: filled this node's copy"), std::string::npos) << l.all();
+  const int restored = restored_step(r.out);
+  EXPECT_GE(restored, 7) << r.out;  // lost after step 8 was logged: at most one step lost
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m,
-                                std::regex("restored from the in-memory snapshot of step (\\d+)")))
-      << r.out;
-  const int restored = std::stoi(m[1]);
-  EXPECT_GE(restored, 7);  // lost after step 8 was logged: at most one step lost
   ASSERT_TRUE(std::regex_search(
       r.out, m, std::regex(R"(micro-batch 4 x 1 -> (\d+) x (\d+) per rank, global batch 12 kept)")))
       << r.out;
   const std::string micro_batch = m[1], micro_batches = m[2];
-  const double reference = last_metric(full / "metrics.jsonl", "loss");
-  EXPECT_NEAR(last_metric(metrics, "loss"), reference, 1e-5 * std::abs(reference));
+  expect_loss_near(metrics, full);
   const auto resumed = out_dir("three_nodes_resumed");
   std::vector<std::string> args = {LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--"};
   for (std::string& a :
