@@ -41,6 +41,7 @@ struct PlanArgs {
   // Constraints; 0 / empty: searched.
   int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0;
   int64_t max_pp = 0, max_micro_batch = 16;
+  std::vector<int64_t> layers_per_chunk;  // a pipeline split: p·v layer counts
   std::vector<std::string> recompute;
   std::vector<int> zero;
   std::vector<std::string> schedule;
@@ -57,6 +58,9 @@ struct PlanArgs {
   // profile; see plan_validate_command.h).
   bool validate = false;
   PlanValidateArgs validation;
+  // --validate-published: the planner against the published runs' step times
+  // (plan/published_runs.h).
+  bool validate_published = false;
 };
 
 std::optional<int64_t> fixed(int64_t value) {
@@ -148,6 +152,15 @@ void search_within_deadline(plan::PlanOutcome& outcome,
   }
 }
 
+void run_validate_published(const PlanArgs& args) {
+  const plan::PublishedValidation validation = plan::validate_published(plan::published_runs());
+  if (args.json) {
+    fmt::print("{}\n", plan::to_json(validation).dump(2));
+  } else {
+    fmt::print("{}", plan::format_published(validation));
+  }
+}
+
 void run_plan(const PlanArgs& args) {
   if (args.model.empty() || args.global_batch <= 0) {
     LATTICE_THROW(ConfigError,
@@ -181,6 +194,7 @@ void run_plan(const PlanArgs& args) {
   constraints.micro_batch = fixed(args.micro_batch);
   constraints.max_pp = args.max_pp;
   constraints.max_micro_batch = args.max_micro_batch;
+  constraints.layers_per_chunk = args.layers_per_chunk;
   constraints.top_k = args.top;
   if (args.sp && args.no_sp) {
     LATTICE_THROW(ConfigError, "--sp and --no-sp contradict each other ---> HINT: give one");
@@ -276,6 +290,11 @@ void register_plan_command(CLI::App& app) {
                   "Fix model chunks per pipeline rank (interleaved schedule)");
   cmd->add_option("--micro-batch", args->micro_batch, "Fix sequences per micro-batch");
   cmd->add_option("--max-pp", args->max_pp, "Largest pipeline size to consider");
+  cmd->add_option("--layers-per-chunk", args->layers_per_chunk,
+                  "Pipeline split for the layouts with that many chunks (p·v layer counts, e.g. "
+                  "7,8,...,8,7); otherwise an even split, or the balanced partition where the "
+                  "layers do not divide")
+      ->delimiter(',');
   cmd->add_option("--max-micro-batch", args->max_micro_batch, "Largest micro-batch to consider")
       ->capture_default_str();
   cmd->add_option("--recompute", args->recompute, "Allowed recompute modes: none selective full");
@@ -303,6 +322,9 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print JSON instead of the report");
 
   PlanValidateArgs& v = args->validation;
+  cmd->add_flag("--validate-published", args->validate_published,
+                "Predict the published large-scale runs (Megatron-LM on A100, Llama 3 405B on "
+                "H100) at their layouts; print predicted vs published step time and the error");
   cmd->add_flag("--validate", args->validate,
                 "Run layouts of a small model here; compare predicted and measured memory and "
                 "step time (model: a trainer preset or training .toml; default shakespeare-char)");
@@ -337,6 +359,10 @@ void register_plan_command(CLI::App& app) {
                   "--validate: step time accepted within this factor of the measurement")
       ->capture_default_str();
   cmd->callback([args, model, cluster, global_batch, precision] {
+    if (args->validate_published) {
+      run_validate_published(*args);
+      return;
+    }
     if (!args->validate) {
       run_plan(*args);
       return;

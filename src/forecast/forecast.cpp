@@ -42,7 +42,9 @@ plan::Layout plan_layout(const TrainConfig& config) {
           .micro_batch = config.micro_batch,
           .recompute = p.recompute,
           .sequence_parallel = p.sequence_parallel,
-          .schedule = p.schedule};
+          .schedule = p.schedule,
+          .layers_per_chunk =
+              std::vector<int64_t>(p.layers_per_chunk.begin(), p.layers_per_chunk.end())};
 }
 
 ParallelConfig runtime_layout(const plan::Layout& layout) {
@@ -55,6 +57,7 @@ ParallelConfig runtime_layout(const plan::Layout& layout) {
   p.schedule = layout.schedule;
   p.virtual_stages = int(layout.virtual_stages);
   p.recompute = layout.recompute;
+  p.layers_per_chunk.assign(layout.layers_per_chunk.begin(), layout.layers_per_chunk.end());
   return p;
 }
 
@@ -81,12 +84,6 @@ nlohmann::json forecast_run(const TrainConfig& given, const plan::ClusterSpec& c
   const plan::Layout layout = plan_layout(config);
   nlohmann::json out = {
       {"cluster", cluster.name}, {"source", source}, {"layout", plan::describe(layout)}};
-  if (!config.parallel.layers_per_chunk.empty()) {
-    out["rejected"] =
-        "parallel.layers_per_chunk: the planner splits the layers evenly over the stages and "
-        "cannot price a given split yet (issue 18)";
-    return out;
-  }
   const plan::TrainingSetup setup = plan_setup(config, layout, cluster);
   if (const auto rejection = plan::check_layout(setup, layout)) {
     out["rejected"] = rejection->message;

@@ -39,11 +39,11 @@ plan::TrainingSetup plan_setup(const TrainConfig& config, const plan::Layout& la
 //    "step_ms": ..., "parts_ms": {"compute", "optimizer", "exposed_comm", "pipeline_idle"},
 //    "stages": [{"stage": s, "parameters", "gradients", "optimizer_states", "activations",
 //                "other", "total"} (bytes of one rank of stage s)]}
-// or {"cluster", "source", "layout", "rejected": why} when the planner cannot price the layout
-// (e.g. an uneven layers_per_chunk split, issue 18). The parts follow the per-rank metrics'
-// split (docs/observability.md): compute is forward + backward + recompute + tensor-parallel
-// communication + the step's synchronising collectives, pipeline idle the bubble and the
-// stage-to-stage sends.
+// or {"cluster", "source", "layout", "rejected": why} when the planner rejects the layout
+// (check_layout: e.g. a layers_per_chunk that does not sum to the layers). The parts follow
+// the per-rank metrics' split (docs/observability.md): compute is forward + backward +
+// recompute + tensor-parallel communication + the step's synchronising collectives, pipeline
+// idle the bubble and the stage-to-stage sends.
 nlohmann::json forecast_run(const TrainConfig& config, const plan::ClusterSpec& cluster,
                             const std::string& source);
 

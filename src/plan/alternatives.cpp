@@ -27,6 +27,8 @@ std::vector<Candidate> neighbours(const Layout& best, int64_t devices) {
     if (l.zero > 0 && l.dp == 1) l.zero = 0;
     if (l.pp == 1) l.schedule = Schedule::kOneFOneB, l.virtual_stages = 1;
     if (l.tp == 1) l.sequence_parallel = false;
+    // A split belongs to its p·v: another pipeline shape takes its own (even or balanced).
+    if (int64_t(l.layers_per_chunk.size()) != l.pp * l.virtual_stages) l.layers_per_chunk.clear();
     if (!(l == best)) out.push_back({std::move(change), l});
   };
   for (int64_t tp : {best.tp * 2, best.tp / 2}) {
@@ -74,7 +76,8 @@ std::vector<Candidate> neighbours(const Layout& best, int64_t devices) {
     l.micro_batch = b;
     add(fmt::format("micro-batch {}", b), l);
   }
-  Layout plain{.dp = devices};
+  Layout plain;
+  plain.dp = devices;
   add("data parallel only", plain);
   return out;
 }

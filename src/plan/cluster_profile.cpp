@@ -62,6 +62,7 @@ void read_link(const json& j, LinkSpec& link, const std::string& where) {
   read_number(j, "peak_bytes_per_s", link.peak_bytes_per_s, where);
   read_number(j, "achievable", link.achievable, where);
   read_number(j, "alpha_s", link.alpha_s, where);
+  read_number(j, "half_bandwidth_bytes", link.half_bandwidth_bytes, where);
 }
 
 Transport parse_transport(const std::string& s, const std::string& origin) {
@@ -209,6 +210,17 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
     read_number(j["runtime"], "dp_overlap", c.runtime.dp_overlap, origin);
     read_number(j["runtime"], "fragmentation", c.runtime.fragmentation, origin);
     read_number(j["runtime"], "dp_bucket_bytes", c.runtime.dp_bucket_bytes, origin);
+    read_number(j["runtime"], "layer_overhead_s", c.runtime.layer_overhead_s, origin);
+    read_number(j["runtime"], "compute_efficiency", c.runtime.compute_efficiency, origin);
+    read_string(j["runtime"], "software", c.runtime.software);
+    if (!(c.runtime.compute_efficiency > 0 && c.runtime.compute_efficiency <= 1) ||
+        c.runtime.layer_overhead_s < 0 || c.runtime.dp_overlap < 0 || c.runtime.dp_overlap > 1) {
+      LATTICE_THROW(ConfigError,
+                    "{}: runtime factors out of range (compute_efficiency in (0, 1], dp_overlap "
+                    "in [0, 1], layer_overhead_s ≥ 0) ---> HINT: fix the profile's \"runtime\" "
+                    "section",
+                    origin);
+    }
   }
   if (c.name.empty()) c.name = std::filesystem::path(origin).stem().string();
   check_complete(c, origin);
@@ -248,7 +260,8 @@ std::string write_cluster_profile(const ClusterSpec& c) {
     return json{{"name", l.name},
                 {"peak_bytes_per_s", l.peak_bytes_per_s},
                 {"achievable", l.achievable},
-                {"alpha_s", l.alpha_s}};
+                {"alpha_s", l.alpha_s},
+                {"half_bandwidth_bytes", l.half_bandwidth_bytes}};
   };
   json gemm = json::array(), collectives = json::array();
   for (const GemmPoint& g : c.gemm) {
@@ -290,7 +303,10 @@ std::string write_cluster_profile(const ClusterSpec& c) {
       {"runtime",
        {{"dp_overlap", c.runtime.dp_overlap},
         {"fragmentation", c.runtime.fragmentation},
-        {"dp_bucket_bytes", c.runtime.dp_bucket_bytes}}},
+        {"dp_bucket_bytes", c.runtime.dp_bucket_bytes},
+        {"layer_overhead_s", c.runtime.layer_overhead_s},
+        {"compute_efficiency", c.runtime.compute_efficiency},
+        {"software", c.runtime.software}}},
   };
   return j.dump(2) + "\n";
 }

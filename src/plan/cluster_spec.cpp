@@ -16,6 +16,16 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
 
+// nccl-tests' all_reduce_perf on 8 NVLink-connected A100s / H100s climbs to its plateau over
+// the tens of MB: about half of it near 8 MB (NVIDIA's published curves); InfiniBand's
+// point-to-point and ring traffic between nodes saturates earlier, near 1 MB.
+constexpr double kNvlinkHalfBandwidth = 8 * kMiB;
+constexpr double kInfinibandHalfBandwidth = 1 * kMiB;
+// A transformer layer's forward on a GPU is ~25 kernels (norms, GEMMs, bias and activation
+// epilogues, softmax, dropout, the residual adds, the layouts' copies); each costs ~4 µs that no
+// roofline sees — launch, the tail of its last wave, the gap before the next dependent one.
+constexpr double kGpuLayerOverhead = 100e-6;  // 25 × 4 µs
+
 double curve(const DeviceSpec& device, double m, double n, double k) {
   auto roll_off = [&](double d) { return d / (d + device.gemm_half_dim); };
   return device.max_gemm_efficiency * roll_off(m) * roll_off(n) * roll_off(k);
@@ -37,10 +47,17 @@ ClusterSpec dgx_a100() {
               .peak_flops_fp32 = 156e12,
               .max_gemm_efficiency = 0.80,
               .gemm_half_dim = 64};
-  c.intra_node = {
-      .name = "NVLink3", .peak_bytes_per_s = 300e9, .achievable = 0.78, .alpha_s = 1e-6};
-  c.inter_node = {
-      .name = "InfiniBand HDR", .peak_bytes_per_s = 25e9, .achievable = 0.90, .alpha_s = 5e-6};
+  c.intra_node = {.name = "NVLink3",
+                  .peak_bytes_per_s = 300e9,
+                  .achievable = 0.78,
+                  .alpha_s = 1e-6,
+                  .half_bandwidth_bytes = kNvlinkHalfBandwidth};
+  c.inter_node = {.name = "InfiniBand HDR",
+                  .peak_bytes_per_s = 25e9,
+                  .achievable = 0.90,
+                  .alpha_s = 5e-6,
+                  .half_bandwidth_bytes = kInfinibandHalfBandwidth};
+  c.runtime.layer_overhead_s = kGpuLayerOverhead;
   // A100 SXM4 TDP 400 W (datasheet); DGX A100 maximum system power 6.5 kW (datasheet) less its
   // 8 GPUs' 3.2 kW: an upper bound for the rest of the node. Waiting at a quarter of TDP is an
   // assumption (a GPU in a communication kernel draws far below TDP, above its ~50 W idle).
@@ -60,10 +77,17 @@ ClusterSpec dgx_h100() {
               .peak_flops_fp32 = 494e12,
               .max_gemm_efficiency = 0.75,
               .gemm_half_dim = 96};
-  c.intra_node = {
-      .name = "NVLink4", .peak_bytes_per_s = 450e9, .achievable = 0.80, .alpha_s = 1e-6};
-  c.inter_node = {
-      .name = "InfiniBand NDR", .peak_bytes_per_s = 50e9, .achievable = 0.90, .alpha_s = 4e-6};
+  c.intra_node = {.name = "NVLink4",
+                  .peak_bytes_per_s = 450e9,
+                  .achievable = 0.80,
+                  .alpha_s = 1e-6,
+                  .half_bandwidth_bytes = kNvlinkHalfBandwidth};
+  c.inter_node = {.name = "InfiniBand NDR",
+                  .peak_bytes_per_s = 50e9,
+                  .achievable = 0.90,
+                  .alpha_s = 4e-6,
+                  .half_bandwidth_bytes = kInfinibandHalfBandwidth};
+  c.runtime.layer_overhead_s = kGpuLayerOverhead;
   // H100 SXM5 TDP 700 W (datasheet); DGX H100 maximum system power 10.2 kW (datasheet) less its
   // 8 GPUs' 5.6 kW; waiting at a quarter of TDP (an assumption, as for the A100).
   c.power = {.busy_watts = 700, .waiting_watts = 175, .node_other_watts = 4600, .pue = 1.0};

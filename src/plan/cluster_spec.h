@@ -37,6 +37,11 @@ struct LinkSpec {
   double peak_bytes_per_s = 0;  // per device, one direction
   double achievable = 0.8;      // bus bandwidth nccl-tests reaches ÷ peak
   double alpha_s = 0;           // latency of one ring step
+  // Message size at which a collective's bus bandwidth reaches half its plateau (0: the plateau
+  // at every size). NCCL pipelines a buffer in chunks over its channels, so mid-sized buffers —
+  // a tensor-parallel all-reduce of b·s·h is tens of MB — run below nccl-tests' large-message
+  // figure: bus bandwidth(S) = plateau · S / (S + half_bandwidth_bytes).
+  double half_bandwidth_bytes = 0;
 };
 
 // One measured GEMM: efficiency = achieved FLOP/s ÷ peak of its precision.
@@ -57,11 +62,19 @@ struct CollectivePoint {
   double bus_bytes_per_s = 0;
 };
 
-// What the runtime achieves beyond raw speeds.
+// What the software achieves beyond raw speeds. One curve cannot fit two codebases (Megatron-LM
+// of 2021 all-reduced gradients after the backward; Megatron-Core overlaps them per bucket), so a
+// profile names the software it describes and the report says which.
 struct RuntimeFactors {
+  std::string software;         // e.g. "megatron-lm 2021-22"; empty: not named
   double dp_overlap = 0.8;      // share of the backward that gradient reduction can hide behind
   double fragmentation = 0.10;  // allowance on dynamically allocated bytes (activations, buffers)
   double dp_bucket_bytes = 25.0 * (1 << 20);  // gradient bucket (PyTorch DDP's 25 MiB default)
+  // Seconds per layer and micro-batch forward (backward twice) that no GEMM or memory sweep
+  // accounts for: kernel launches and the gaps between a layer's dependent kernels.
+  double layer_overhead_s = 0;
+  // Multiplies every GEMM's efficiency: what a codebase reaches of the device curve.
+  double compute_efficiency = 1.0;
 };
 
 // Power and prices, for lattice plan's energy and cost. A device draws busy_watts while it

@@ -56,7 +56,10 @@ double collective_seconds(const ClusterSpec& cluster, CollectiveOp op, Transport
     return alpha + bytes * bus_factor(op, n) / p->bus_bytes_per_s;
   }
   const LinkSpec& link = cluster.link(transport);
-  const double bandwidth = link.peak_bytes_per_s * link.achievable;
+  const double bandwidth =
+      link.peak_bytes_per_s * link.achievable *
+      (link.half_bandwidth_bytes > 0 && bytes > 0 ? bytes / (bytes + link.half_bandwidth_bytes)
+                                                  : 1.0);
   double ring = link.alpha_s * ring_steps(op, n) + bytes * bus_factor(op, n) / bandwidth;
   if (op != CollectiveOp::kAllReduce) return ring;
   double tree = link.alpha_s * 2.0 * std::ceil(std::log2(double(n))) + bytes * 2.0 / bandwidth;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -92,11 +93,27 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               "does not divide it",
                               setup.seq_len, l.tp));
   }
-  if (!divides(l.pp * l.virtual_stages, model.n_layers)) {
+  // Layers need not divide evenly over the p·v chunks: the runtime's balanced partition (or the
+  // layout's layers_per_chunk) places them; every chunk needs at least one.
+  if (l.pp * l.virtual_stages > model.n_layers) {
     return reject(RejectReason::kDivisibility,
-                  fmt::format("pp {} × v {} does not divide the {} layers ---> HINT: choose "
-                              "stages dividing {}",
-                              l.pp, l.virtual_stages, model.n_layers, model.n_layers));
+                  fmt::format("pp {} × v {} = {} pipeline chunks but only {} layers ---> HINT: "
+                              "use at most {} chunks",
+                              l.pp, l.virtual_stages, l.pp * l.virtual_stages, model.n_layers,
+                              model.n_layers));
+  }
+  if (!l.layers_per_chunk.empty()) {
+    int64_t sum = 0, smallest = model.n_layers;
+    for (int64_t n : l.layers_per_chunk) sum += n, smallest = std::min(smallest, n);
+    if (int64_t(l.layers_per_chunk.size()) != l.pp * l.virtual_stages || sum != model.n_layers ||
+        smallest < 1) {
+      return reject(RejectReason::kDivisibility,
+                    fmt::format("layers per chunk {} must be pp {} × v {} counts of at least one "
+                                "layer summing to the {} layers ---> HINT: e.g. Llama 3's "
+                                "7,8×14,7 for 126 layers on 16 stages",
+                                describe_layer_counts(l.layers_per_chunk), l.pp, l.virtual_stages,
+                                model.n_layers));
+    }
   }
   if (!divides(l.dp * l.micro_batch, setup.global_batch)) {
     return reject(RejectReason::kBatch,

@@ -23,7 +23,8 @@ bool LatticeStagePart::has_head() const {
   return std::any_of(chunks.begin(), chunks.end(), [](const LatticeChunk& c) { return c.head; });
 }
 
-std::vector<int64_t> lattice_layers_per_chunk(const ModelSpec& model, int64_t p, int64_t v) {
+std::vector<int64_t> lattice_layers_per_chunk(const ModelSpec& model, int64_t p, int64_t v,
+                                              const std::vector<int64_t>& given) {
   const int64_t chunks = p * v, layers = model.n_layers;
   if (p < 1 || v < 1 || layers < chunks) {
     LATTICE_THROW(ConfigError,
@@ -32,28 +33,30 @@ std::vector<int64_t> lattice_layers_per_chunk(const ModelSpec& model, int64_t p,
                   layers, p, v);
   }
   // The runtime's own partition (train/pipeline_stage.cpp partition_model calls the same).
-  const StagePartition partition = partition_transformer({.n_layer = model.n_layers,
-                                                          .d_model = model.d_model,
-                                                          .d_ff = model.d_ff,
-                                                          .kv_width = model.kv_dim(),
-                                                          .vocab_size = model.vocab_size,
-                                                          .seq_len = model.max_seq_len,
-                                                          .mlp = model.mlp,
-                                                          .position = model.position,
-                                                          .tied_embeddings = model.tied_embeddings},
-                                                         int(p), int(v));
+  const StagePartition partition =
+      partition_transformer({.n_layer = model.n_layers,
+                             .d_model = model.d_model,
+                             .d_ff = model.d_ff,
+                             .kv_width = model.kv_dim(),
+                             .vocab_size = model.vocab_size,
+                             .seq_len = model.max_seq_len,
+                             .mlp = model.mlp,
+                             .position = model.position,
+                             .tied_embeddings = model.tied_embeddings},
+                            int(p), int(v), std::vector<int>(given.begin(), given.end()));
   std::vector<int64_t> counts;
   for (const ChunkLayers& chunk : partition.chunks) counts.push_back(chunk.layer_count());
   return counts;
 }
 
-LatticeStagePart lattice_stage_part(const ModelSpec& model, int64_t p, int64_t v, int64_t stage) {
+LatticeStagePart lattice_stage_part(const ModelSpec& model, int64_t p, int64_t v, int64_t stage,
+                                    const std::vector<int64_t>& given) {
   LatticeStagePart part;
   if (p * v <= 1) {
     part.chunks.push_back({0, model.n_layers, true, true});
     return part;
   }
-  const std::vector<int64_t> counts = lattice_layers_per_chunk(model, p, v);
+  const std::vector<int64_t> counts = given.empty() ? lattice_layers_per_chunk(model, p, v) : given;
   int64_t first = 0;
   for (int64_t k = 0; k < p * v; ++k) {
     const int64_t last = first + counts[size_t(k)];

@@ -41,12 +41,16 @@ struct LatticeStagePart {
   bool has_head() const;
 };
 
-// p·v layer counts in model order, as the runtime's balanced partition chooses them. ConfigError
-// when the model has fewer layers than chunks.
-std::vector<int64_t> lattice_layers_per_chunk(const ModelSpec& model, int64_t p, int64_t v);
+// p·v layer counts in model order, as the runtime's balanced partition chooses them, or `given`
+// when not empty (checked as the runtime checks its layers_per_chunk). ConfigError when the model
+// has fewer layers than chunks or `given` does not describe them.
+std::vector<int64_t> lattice_layers_per_chunk(const ModelSpec& model, int64_t p, int64_t v,
+                                              const std::vector<int64_t>& given = {});
 
-// Stage `stage`'s chunks (p = v = 1: the whole model, one chunk with the embedding and the head).
-LatticeStagePart lattice_stage_part(const ModelSpec& model, int64_t p, int64_t v, int64_t stage);
+// Stage `stage`'s chunks (p = v = 1: the whole model, one chunk with the embedding and the head),
+// of the partition `counts` (p·v layer counts in model order; empty: the balanced partition).
+LatticeStagePart lattice_stage_part(const ModelSpec& model, int64_t p, int64_t v, int64_t stage,
+                                    const std::vector<int64_t>& counts = {});
 
 // Activation slots the runtime allocates on `stage` for m micro-batches: 1 without a pipeline
 // (gradient accumulation reuses one), min(m, p) under zb-h1, else min(chunks_in_flight, m).

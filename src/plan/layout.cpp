@@ -4,6 +4,19 @@
 
 namespace lattice::plan {
 
+std::string describe_layer_counts(const std::vector<int64_t>& counts) {
+  // Runs of equal counts folded: 7,8×14,7.
+  std::string text;
+  for (size_t i = 0; i < counts.size();) {
+    size_t j = i;
+    while (j < counts.size() && counts[j] == counts[i]) ++j;
+    if (!text.empty()) text += ",";
+    text += j - i > 1 ? fmt::format("{}×{}", counts[i], j - i) : fmt::format("{}", counts[i]);
+    i = j;
+  }
+  return text;
+}
+
 std::string describe(const Layout& l) {
   std::string text = fmt::format("dp={} tp={} pp={}", l.dp, l.tp, l.pp);
   if (l.virtual_stages > 1) text += fmt::format(" v={}", l.virtual_stages);
@@ -11,6 +24,7 @@ std::string describe(const Layout& l) {
                       recompute_name(l.recompute));
   if (l.sequence_parallel) text += " sp";
   if (l.pp > 1) text += fmt::format(" schedule={}", schedule_kind_name(l.schedule));
+  if (!l.layers_per_chunk.empty()) text += " layers=" + describe_layer_counts(l.layers_per_chunk);
   return text;
 }
 

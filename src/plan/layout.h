@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "spec/model_kinds.h"
 #include "spec/pipeline_schedule.h"
@@ -29,6 +30,9 @@ struct Layout {
   Recompute recompute = Recompute::kNone;
   bool sequence_parallel = false;
   Schedule schedule = Schedule::kOneFOneB;
+  // Layers of each of the p·v pipeline chunks in model order (the runtime's layers_per_chunk);
+  // empty: an even split when p·v divides the layers, else the runtime's balanced partition.
+  std::vector<int64_t> layers_per_chunk = {};
 
   int64_t devices() const { return dp * tp * pp; }
   bool operator==(const Layout&) const = default;
@@ -41,5 +45,7 @@ inline int64_t micro_batches(const Layout& layout, int64_t global_batch) {
 
 // "dp=8 tp=8 pp=4 v=2 zero=1 mb=1 recompute=selective sp schedule=interleaved-1f1b"
 std::string describe(const Layout& layout);
+// "7,8×14,7": layer counts with runs of equal ones folded.
+std::string describe_layer_counts(const std::vector<int64_t>& counts);
 
 }  // namespace lattice::plan

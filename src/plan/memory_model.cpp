@@ -9,13 +9,25 @@
 
 namespace lattice::plan {
 
-double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage) {
-  return stage_parameter_count(model, layout, stage, model.n_layers / layout.pp);
+std::vector<int64_t> chunk_layer_counts(const TrainingSetup& setup, const Layout& layout) {
+  const int64_t chunks = layout.pp * layout.virtual_stages, layers = setup.model.n_layers;
+  // A given split was checked by check_layout (the Lattice runtime's partition checks it again,
+  // as the runtime does).
+  if (!layout.layers_per_chunk.empty() && setup.runtime != Runtime::kLattice)
+    return layout.layers_per_chunk;
+  if (!layout.layers_per_chunk.empty() || setup.runtime == Runtime::kLattice ||
+      layers % chunks != 0) {
+    return lattice_layers_per_chunk(setup.model, layout.pp, layout.virtual_stages,
+                                    layout.layers_per_chunk);
+  }
+  return std::vector<int64_t>(size_t(chunks), layers / chunks);
 }
 
 int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage) {
-  if (setup.runtime != Runtime::kLattice) return setup.model.n_layers / layout.pp;
-  return lattice_stage_part(setup.model, layout.pp, layout.virtual_stages, stage).layers();
+  const std::vector<int64_t> counts = chunk_layer_counts(setup, layout);
+  int64_t held = 0;
+  for (size_t k = size_t(stage); k < counts.size(); k += size_t(layout.pp)) held += counts[k];
+  return held;
 }
 
 double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage,
@@ -92,7 +104,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
                                   .activation_bytes = bytes.activation};
   const int64_t chunks =
       chunks_in_flight(layout.schedule, layout.pp, m, layout.virtual_stages, stage);
-  const double layers_per_chunk = double(model.n_layers / (layout.pp * layout.virtual_stages));
+  const double layers_per_chunk = double(held_layers) / double(layout.virtual_stages);
   mem.activations = layer_activation_bytes(model, options) * layers_per_chunk * double(chunks);
   mem.recompute_working = recompute_working_bytes(model, options);
 
@@ -118,8 +130,8 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     // The runtime's own buffers (lattice_activations.h) instead of the paper's model: a slot of
     // all the stage's chunks per micro-batch in flight (lattice_stages.h), one scratch, and the
     // token batches: the trainer's own and, with a pipeline, one per micro-batch of the step.
-    const LatticeStagePart part =
-        lattice_stage_part(model, layout.pp, layout.virtual_stages, stage);
+    const LatticeStagePart part = lattice_stage_part(model, layout.pp, layout.virtual_stages, stage,
+                                                     chunk_layer_counts(setup, layout));
     const bool deferred = layout.pp > 1 && layout.schedule == Schedule::kZeroBubbleH1;
     const LatticeActivationBytes own = lattice_activation_bytes(model, options, part, deferred);
     const double slots = double(
@@ -202,7 +214,9 @@ MemoryBreakdown estimate_memory(const TrainingSetup& setup, const Layout& layout
   // and the output layer. Middle stages hold less than the first.
   MemoryBreakdown first = estimate_stage_memory(setup, layout, 0);
   if (layout.pp == 1) return first;
-  if (setup.runtime == Runtime::kLattice) {
+  if (setup.runtime == Runtime::kLattice ||
+      setup.model.n_layers % (layout.pp * layout.virtual_stages) != 0 ||
+      !layout.layers_per_chunk.empty()) {
     for (int64_t stage = 1; stage < layout.pp; ++stage) {
       MemoryBreakdown other = estimate_stage_memory(setup, layout, stage);
       if (other.total > first.total) first = other;

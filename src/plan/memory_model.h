@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "plan/layout.h"
 #include "plan/training_setup.h"
@@ -50,14 +51,16 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
 // layers, the token (and position) embedding on the first stage, the final norm and the output
 // projection on the last (with tied embeddings and p > 1 the last stage keeps its own copy of
 // the word embedding, as Megatron does). Column/row-parallel weights and the vocabulary divide
-// by t; norms and row-parallel biases do not. Layers: l / p on every stage.
-double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage);
-// The same for a stage holding `layers` transformer layers (the Lattice runtime's partition,
-// lattice_stages.h).
+// by t; norms and row-parallel biases do not. `layers`: the transformer layers it holds
+// (stage_layers).
 double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage,
                              int64_t layers);
-// Layers pipeline rank `stage` holds under `setup`'s runtime: l / p (kMegatron) or the
-// runtime's own partition (kLattice).
+// The p·v chunks' layer counts in model order: the layout's own layers_per_chunk; else for
+// kMegatron an even split when p·v divides the layers; else (and always for kLattice) the
+// runtime's balanced partition (lattice_stages.h), which gives the stages holding the embedding
+// and the head fewer layers where the layers do not divide evenly.
+std::vector<int64_t> chunk_layer_counts(const TrainingSetup& setup, const Layout& layout);
+// Layers pipeline rank `stage` holds (its chunks of chunk_layer_counts).
 int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage);
 
 }  // namespace lattice::plan

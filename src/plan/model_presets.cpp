@@ -9,12 +9,11 @@
 #include "plan/model_file.h"
 
 namespace lattice::plan {
-namespace {
 
 // GPT-2 family (Radford et al. 2019): GELU MLP of 4h, LayerNorm, learned positions, biases,
 // tied embeddings, vocab 50257 padded to 50304 (a multiple of 128).
-ModelSpec gpt(std::string name, int64_t layers, int64_t heads, int64_t width, int64_t seq,
-              int64_t vocab, int64_t padded_vocab) {
+ModelSpec gpt_model(std::string name, int64_t layers, int64_t heads, int64_t width, int64_t seq,
+                    int64_t vocab, int64_t padded_vocab) {
   ModelSpec m;
   m.name = std::move(name);
   m.n_layers = layers;
@@ -29,8 +28,8 @@ ModelSpec gpt(std::string name, int64_t layers, int64_t heads, int64_t width, in
 
 // Llama family (Touvron et al. 2023; Llama 3 model card): RMSNorm, RoPE, SwiGLU, no biases,
 // untied output projection.
-ModelSpec llama(std::string name, int64_t layers, int64_t heads, int64_t kv_heads, int64_t width,
-                int64_t ffn, int64_t vocab, int64_t seq) {
+ModelSpec llama_model(std::string name, int64_t layers, int64_t heads, int64_t kv_heads,
+                      int64_t width, int64_t ffn, int64_t vocab, int64_t seq) {
   ModelSpec m;
   m.name = std::move(name);
   m.n_layers = layers;
@@ -49,21 +48,23 @@ ModelSpec llama(std::string name, int64_t layers, int64_t heads, int64_t kv_head
   return m;
 }
 
+namespace {
+
 std::vector<ModelSpec> all_presets() {
   constexpr int64_t kGptVocab = 50257, kGptPadded = 50304, kLlama3Vocab = 128256;
   return {
-      gpt("gpt2-124m", 12, 12, 768, 1024, kGptVocab, kGptPadded),
-      gpt("gpt2-350m", 24, 16, 1024, 1024, kGptVocab, kGptPadded),
-      gpt("gpt2-774m", 36, 20, 1280, 1024, kGptVocab, kGptPadded),
-      gpt("gpt2-1.5b", 48, 25, 1600, 1024, kGptVocab, kGptPadded),
-      gpt("gpt3-175b", 96, 96, 12288, 2048, kGptVocab, kGptPadded),
-      llama("llama-3-8b", 32, 32, 8, 4096, 14336, kLlama3Vocab, 8192),
-      llama("llama-3-70b", 80, 64, 8, 8192, 28672, kLlama3Vocab, 8192),
-      llama("llama-3-405b", 126, 128, 8, 16384, 53248, kLlama3Vocab, 8192),
+      gpt_model("gpt2-124m", 12, 12, 768, 1024, kGptVocab, kGptPadded),
+      gpt_model("gpt2-350m", 24, 16, 1024, 1024, kGptVocab, kGptPadded),
+      gpt_model("gpt2-774m", 36, 20, 1280, 1024, kGptVocab, kGptPadded),
+      gpt_model("gpt2-1.5b", 48, 25, 1600, 1024, kGptVocab, kGptPadded),
+      gpt_model("gpt3-175b", 96, 96, 12288, 2048, kGptVocab, kGptPadded),
+      llama_model("llama-3-8b", 32, 32, 8, 4096, 14336, kLlama3Vocab, 8192),
+      llama_model("llama-3-70b", 80, 64, 8, 8192, 28672, kLlama3Vocab, 8192),
+      llama_model("llama-3-405b", 126, 128, 8, 16384, 53248, kLlama3Vocab, 8192),
       // The repository's own presets (byte-level vocabularies of 256).
-      gpt("gpt2-tiny", 2, 4, 64, 64, 256, 256),
-      gpt("shakespeare-char", 4, 4, 128, 64, 256, 256),
-      llama("llama-tiny", 2, 4, 2, 64, 176, 256, 64),
+      gpt_model("gpt2-tiny", 2, 4, 64, 64, 256, 256),
+      gpt_model("shakespeare-char", 4, 4, 128, 64, 256, 256),
+      llama_model("llama-tiny", 2, 4, 2, 64, 176, 256, 64),
   };
 }
 

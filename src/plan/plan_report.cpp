@@ -284,4 +284,71 @@ nlohmann::json to_json(const PlanOutcome& o) {
   return j;
 }
 
+std::string format_published(const PublishedValidation& v) {
+  std::string out =
+      fmt::format("{:<30} {:>9} {:>9} {:>8}  {:>6} {:>6}  {:>9}  {}\n", "published run",
+                  "published", "predicted", "error", "MFU", "pub.", "memory",
+                  "layout predicted (the published dimensions "
+                  "fixed, the rest searched)");
+  for (const PublishedCheck& c : v.checks) {
+    const double published_utilisation =
+        c.run.published_mfu > 0 ? c.run.published_mfu : c.run.published_hfu;
+    const std::string published_note =
+        published_utilisation > 0 ? fmt::format("{:5.1f}%{}", published_utilisation * 100.0,
+                                                c.run.published_mfu > 0 ? " " : "h")
+                                  : std::string("     - ");
+    if (!c.fits()) {
+      const std::string why =
+          c.search.closest_to_fitting ? c.search.closest_to_fitting->rejection->message
+          : c.search.first_rejected   ? c.search.first_rejected->rejection->message
+                                      : std::string("no layout");
+      out += fmt::format("{:<30} {:>8.3f}s {:>9} {:>8}  {:>6} {}  REJECTED: {}\n", c.run.id,
+                         c.run.step_seconds, "-", "-", "-", published_note, why);
+      continue;
+    }
+    const Evaluation& e = c.search.ranked.front();
+    const double utilisation = c.run.published_mfu > 0 ? e.time.mfu : e.time.hfu;
+    out +=
+        fmt::format("{:<30} {:>8.3f}s {:>8.3f}s {:>+7.1f}%  {:5.1f}% {}  {:>5.1f} GiB  {}\n",
+                    c.run.id, c.run.step_seconds, e.time.step, c.error() * 100.0,
+                    utilisation * 100.0, published_note, e.memory.total / kGiB, describe(e.layout));
+  }
+  out += fmt::format(
+      "\n{} of {} published layouts accepted as fitting; step time |error| mean {:.1f}%, worst "
+      "{:.1f}% ({})\n",
+      v.accepted, v.checks.size(), v.mean_abs_error * 100.0, v.max_abs_error * 100.0, v.worst);
+  out += "(utilisation: MFU, or 'h' where the paper reports hardware FLOPs, recompute counted)\n";
+  out += "sources:\n";
+  for (const PublishedCheck& c : v.checks) {
+    out += fmt::format("  {:<30} {}; step time from {}\n", c.run.id, c.run.source,
+                       c.run.step_time_from);
+  }
+  return out;
+}
+
+nlohmann::json to_json(const PublishedValidation& v) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PublishedCheck& c : v.checks) {
+    nlohmann::json row = {{"id", c.run.id},
+                          {"source", c.run.source},
+                          {"step_time_from", c.run.step_time_from},
+                          {"published_step_s", c.run.step_seconds},
+                          {"published_mfu", c.run.published_mfu},
+                          {"published_hfu", c.run.published_hfu},
+                          {"fits", c.fits()}};
+    if (c.fits()) {
+      row["predicted"] = to_json(c.search.ranked.front());
+      row["error"] = c.error();
+    } else if (c.search.closest_to_fitting) {
+      row["closest_to_fitting"] = to_json(*c.search.closest_to_fitting);
+    }
+    rows.push_back(std::move(row));
+  }
+  return {{"runs", rows},
+          {"accepted", v.accepted},
+          {"mean_abs_error", v.mean_abs_error},
+          {"max_abs_error", v.max_abs_error},
+          {"worst", v.worst}};
+}
+
 }  // namespace lattice::plan

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "plan/alternatives.h"
+#include "plan/published_runs.h"
 #include "plan/search.h"
 #include "plan/training_setup.h"
 
@@ -37,5 +38,10 @@ nlohmann::json to_json(const MemoryBreakdown& memory);
 nlohmann::json to_json(const TimeBreakdown& time);
 nlohmann::json to_json(const Evaluation& evaluation);
 nlohmann::json to_json(const PlanOutcome& outcome);
+
+// `lattice plan --validate-published`: per published run its source, the layout predicted,
+// predicted against published step time and utilisation, fit; then the mean and worst error.
+std::string format_published(const PublishedValidation& validation);
+nlohmann::json to_json(const PublishedValidation& validation);
 
 }  // namespace lattice::plan

@@ -1,8 +1,10 @@
 #include "plan/search.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
+#include "plan/lattice_stages.h"
 
 namespace lattice::plan {
 namespace {
@@ -69,6 +71,18 @@ class Ranking {
   SearchResult& result_;
 };
 
+// The layers per chunk of the (pp, v) layouts: the constraints' split where its size is p·v;
+// the balanced partition where p·v does not divide the layers (computed once here, not per
+// layout and stage: it is a search of its own); empty otherwise (the even split).
+std::vector<int64_t> pipeline_split(const TrainingSetup& setup, const SearchConstraints& c,
+                                    int64_t pp, int64_t v) {
+  const int64_t chunks = pp * v;
+  if (chunks <= 1) return {};
+  if (int64_t(c.layers_per_chunk.size()) == chunks) return c.layers_per_chunk;
+  if (chunks > setup.model.n_layers || setup.model.n_layers % chunks == 0) return {};
+  return lattice_layers_per_chunk(setup.model, pp, v);
+}
+
 }  // namespace
 
 SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints& c) {
@@ -87,6 +101,18 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
                     name, *fixed, setup.devices, setup.devices);
     }
   }
+  if (!c.layers_per_chunk.empty()) {
+    int64_t sum = 0;
+    for (int64_t n : c.layers_per_chunk) sum += n;
+    if (sum != setup.model.n_layers ||
+        *std::min_element(c.layers_per_chunk.begin(), c.layers_per_chunk.end()) < 1) {
+      LATTICE_THROW(ConfigError,
+                    "layers per chunk {} sum to {} but the model has {} layers ---> HINT: give "
+                    "p·v counts of at least one layer summing to {}",
+                    describe_layer_counts(c.layers_per_chunk), sum, setup.model.n_layers,
+                    setup.model.n_layers);
+    }
+  }
   // Under flash attention selective recompute stores and computes exactly what no recompute
   // does (activation_memory.h); judging both would list every layout twice.
   std::vector<Recompute> recomputes = c.recompute;
@@ -100,6 +126,7 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
   Ranking ranking(setup, c, result);
   const int64_t max_pp = c.max_pp > 0 ? c.max_pp : setup.model.n_layers;
 
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> split_cache;
   for (int64_t tp : choices(c.tp, divisors(setup.devices))) {
     if (setup.devices % tp != 0) continue;
     for (int64_t pp : choices(c.pp, divisors(setup.devices / tp))) {
@@ -129,7 +156,9 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
           }
           for (int64_t v = 2; v <= c.max_virtual_stages; ++v) {
             if (c.virtual_stages && *c.virtual_stages != v) continue;
-            if (!c.virtual_stages && setup.model.n_layers % (pp * v) != 0) continue;
+            // Every chunk needs a layer; where p·v does not divide them, the balanced partition
+            // (or the given layers_per_chunk) places them.
+            if (!c.virtual_stages && pp * v > setup.model.n_layers) continue;
             schedules.push_back({s, v});
           }
         }
@@ -145,8 +174,19 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
       else if (tp > 1)
         sps = {false, true};
 
+      // The partition depends on (pp, v) only and is a search of its own: once per pair.
+      std::vector<std::vector<int64_t>> splits;
+      for (const auto& entry : schedules) {
+        const std::pair<int64_t, int64_t> key{pp, entry.second};
+        auto found = split_cache.find(key);
+        if (found == split_cache.end())
+          found = split_cache.emplace(key, pipeline_split(setup, c, pp, entry.second)).first;
+        splits.push_back(found->second);
+      }
       for (int64_t b : micro_batches) {
-        for (const auto& [schedule, v] : schedules) {
+        for (size_t k = 0; k < schedules.size(); ++k) {
+          const auto& [schedule, v] = schedules[k];
+          const std::vector<int64_t>& split = splits[k];
           for (int zero : zeros) {
             for (Recompute recompute : recomputes) {
               for (bool sp : sps) {
@@ -158,7 +198,8 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
                                .micro_batch = b,
                                .recompute = recompute,
                                .sequence_parallel = sp,
-                               .schedule = schedule});
+                               .schedule = schedule,
+                               .layers_per_chunk = split});
               }
             }
           }

@@ -17,6 +17,9 @@ namespace lattice::plan {
 struct SearchConstraints {
   std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch;
   std::optional<bool> sequence_parallel;
+  // A pipeline split (p·v layer counts, the runtime's layers_per_chunk) for the layouts whose
+  // p·v matches it; empty: the even split where the layers divide, else the balanced partition.
+  std::vector<int64_t> layers_per_chunk = {};
   int64_t max_pp = 0;              // 0: up to the layer count
   int64_t max_micro_batch = 16;    // largest b tried when b is not fixed
   int64_t max_virtual_stages = 8;  // largest v tried for the interleaved schedule

@@ -29,7 +29,8 @@ struct Gemm {
 double gemm_seconds(const TrainingSetup& setup, const Gemm& g) {
   double flops = 2.0 * g.m * g.n * g.k * g.batch;
   double rate = setup.cluster.peak_flops(setup.precision) *
-                gemm_efficiency(setup.cluster, setup.precision, g.m, g.n, g.k);
+                gemm_efficiency(setup.cluster, setup.precision, g.m, g.n, g.k) *
+                setup.cluster.runtime.compute_efficiency;
   return flops / rate;
 }
 
@@ -65,7 +66,7 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
       2.0 * layer_activation_bytes(model, stored) / setup.cluster.device.hbm_bytes_per_s;
 
   LayerCost cost;
-  cost.forward = projections + core + elementwise;
+  cost.forward = projections + core + elementwise + setup.cluster.runtime.layer_overhead_s;
   cost.backward = 2.0 * cost.forward;
 
   // Megatron's tensor parallelism: 2 all-reduces of the block output (b·s·h) forward and 2
@@ -82,6 +83,17 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
             : collective_seconds(setup.cluster, CollectiveOp::kAllReduce, link, layout.tp, bytes);
   }
   cost.tp_communication = 4.0 * tp_one;
+  if (layout.tp > 1 && layout.sequence_parallel) {
+    // SP keeps only its 1/t shard of each norm's output, so the backward gathers it again for
+    // the weight gradients of QKV and of the MLP's first GEMM (Korthikanti et al. §4.2.2).
+    // Megatron-LM issues the gather alongside the data-gradient GEMM, but NCCL's kernels take
+    // SMs and HBM bandwidth from it; counted whole.
+    const double bytes = setup.bytes().activation * tokens * h;
+    cost.tp_communication +=
+        2.0 * collective_seconds(setup.cluster, CollectiveOp::kAllGather,
+                                 tp_transport(layout, setup.cluster.gpus_per_node), layout.tp,
+                                 bytes);
+  }
 
   const double core_flops = 2.0 * 2.0 * s * s * hd * b * heads;
   if (layout.recompute == Recompute::kSelective &&
@@ -92,6 +104,17 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
     // layer's backward).
     cost.recompute = core;
     cost.recompute_flops = core_flops;
+    if (!setup.flash_attention) {
+      // Without a fused kernel the rerun also sweeps what surrounds the two GEMMs — the scaled
+      // mask and softmax over the scores and their dropout (Korthikanti et al. §5): the bytes
+      // selective recompute stops storing, written and read once, as the forward's element-wise
+      // work above.
+      ActivationOptions kept = stored;
+      kept.recompute = Recompute::kSelective;
+      const double scores =
+          layer_activation_bytes(model, stored) - layer_activation_bytes(model, kept);
+      cost.recompute += 2.0 * scores / setup.cluster.device.hbm_bytes_per_s;
+    }
   } else if (layout.recompute == Recompute::kFull) {
     cost.recompute = cost.forward;
     cost.tp_communication += 2.0 * tp_one;  // the forward's collectives run again
@@ -119,7 +142,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   const int64_t p = layout.pp, v = layout.virtual_stages;
   const double b = double(layout.micro_batch), s = double(setup.seq_len);
   const double h = double(model.d_model), t = double(layout.tp);
-  const double layers = double(model.n_layers / p);
+  const double layers = double(model.n_layers) / double(p);  // the mean stage's
 
   TimeBreakdown time;
   time.tp_link = tp_transport(layout, cluster.gpus_per_node);
@@ -167,54 +190,54 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
                  tp_price(CollectiveOp::kAllReduce, 8.0 * b * s);
   }
 
-  // Per micro-batch on a middle stage, the first and the last stage (p = 1: one stage is both).
-  // Lattice's partition may give a stage more layers than l / p; the slowest stage holds the
-  // most (stage_layers).
-  double most_layers = layers;
-  if (lattice) {
-    for (int64_t stage = 0; stage < p; ++stage)
-      most_layers = std::max(most_layers, double(stage_layers(setup, layout, stage)));
-  }
-  const double layers_forward = layers * layer.forward;
-  const double layers_backward = layers * layer.backward;
-  const double layers_other = layers * (layer.recompute + layer.tp_communication);
-  const double middle = layers_forward + layers_backward + layers_other + pp_per_micro_batch;
+  // Per micro-batch on each stage: its layers (the partition, chunk_layer_counts), its sends,
+  // the embedding's extra work on the first and the head's on the last (p = 1: one stage is
+  // both). The slowest stage sets the pace; the bubble idles the mean one.
+  const double per_layer =
+      layer.forward + layer.backward + layer.recompute + layer.tp_communication;
   const double head = 3.0 * output_forward + last_extra;
-  const double slowest =
-      p == 1 ? middle + head + first_extra
-             : std::max({most_layers / layers * middle, middle + first_extra, middle + head});
-  const double mean = p == 1 ? slowest : middle + (head + first_extra) / double(p);
+  double slowest = 0, total = 0, most_layers = 0;
+  for (int64_t stage = 0; stage < p; ++stage) {
+    const double held = double(stage_layers(setup, layout, stage));
+    const double stage_time = held * per_layer + pp_per_micro_batch +
+                              (stage == 0 ? first_extra : 0.0) + (stage == p - 1 ? head : 0.0);
+    if (stage_time > slowest) slowest = stage_time, most_layers = held;
+    total += stage_time;
+  }
+  const double mean = total / double(p);
 
   const double micro = double(m);
-  time.forward = micro * (layers_forward + output_forward);
-  time.backward = micro * (layers_backward + 2.0 * output_forward);
-  time.recompute = micro * layers * layer.recompute;
-  time.tp_communication = micro * (layers * layer.tp_communication + first_extra + last_extra);
+  // The breakdown follows the slowest stage's layers.
+  time.forward = micro * (most_layers * layer.forward + output_forward);
+  time.backward = micro * (most_layers * layer.backward + 2.0 * output_forward);
+  time.recompute = micro * most_layers * layer.recompute;
+  time.tp_communication = micro * (most_layers * layer.tp_communication + first_extra + last_extra);
   time.pp_communication = micro * pp_per_micro_batch;
   time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
   time.bubble = time.bubble_ratio * micro * mean;
   const double pipeline = micro * slowest + time.bubble;
 
   // Data-parallel reduction of this rank's shard of the most loaded stage.
-  double params = std::max(stage_parameter_count(model, layout, 0),
-                           stage_parameter_count(model, layout, p - 1));
-  if (lattice) {
-    params = 0;
-    for (int64_t stage = 0; stage < p; ++stage) {
-      params = std::max(
-          params, stage_parameter_count(model, layout, stage, stage_layers(setup, layout, stage)));
-    }
+  double params = 0;
+  for (int64_t stage = 0; stage < p; ++stage) {
+    params = std::max(
+        params, stage_parameter_count(model, layout, stage, stage_layers(setup, layout, stage)));
   }
   const double grad_bytes = params * bytes.gradient, param_bytes = params * bytes.parameter;
   if (layout.dp > 1) {
     auto price = [&](CollectiveOp op, double size) {
       return collective_seconds(cluster, op, time.dp_link, layout.dp, size);
     };
+    // Buckets are reduced as the backward fills them, so at most dp_overlap of the backward can
+    // hide the traffic, and never the last bucket's reduction, which starts when the backward
+    // ends (the overlap is partial and depends on the bucket size).
+    const double last_bucket =
+        std::min(grad_bytes, cluster.runtime.dp_bucket_bytes) / std::max(grad_bytes, 1.0);
     auto exposed = [&](double comm, double hide_behind) {
-      return std::max(0.0, comm - cluster.runtime.dp_overlap * hide_behind);
+      return std::max(comm * last_bucket, comm - cluster.runtime.dp_overlap * hide_behind);
     };
-    const double backward_mb = layers_backward + layers * layer.recompute;
-    const double forward_mb = layers_forward;
+    const double backward_mb = most_layers * (layer.backward + layer.recompute);
+    const double forward_mb = most_layers * layer.forward;
     const double gather = price(CollectiveOp::kAllGather, param_bytes);
     const double scatter = price(CollectiveOp::kReduceScatter, grad_bytes);
     switch (layout.zero) {

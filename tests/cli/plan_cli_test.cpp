@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -141,6 +142,45 @@ TEST(PlanCli, PricesATokenBudgetAndADeadlineChooseAndCostTheRun) {
   const CliResult unpriced = run_cli(with({"--optimize", "cost"}), kLimitS);
   EXPECT_EQ(unpriced.exit_code, 3) << unpriced.all();
   EXPECT_NE(unpriced.err.find("--optimize cost needs a price"), std::string::npos) << unpriced.err;
+}
+
+TEST(PlanCli, ValidatePublishedPrintsEveryCitedRunAndTheErrors) {
+  const CliResult text = run_cli(plan({"--validate-published"}), kLimitS);
+  ASSERT_EQ(text.exit_code, 0) << text.all();
+  for (const char* expected : {"narayanan-1008b", "korthikanti-175b-selective-sp",
+                               "llama3-405b-16k-gpus", "20 of 20 published layouts accepted",
+                               "Korthikanti et al. 2022, Tables 3 and 5", "layers=7,8×14,7"}) {
+    EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
+  }
+  const CliResult json = run_cli(plan({"--validate-published", "--json"}), kLimitS);
+  ASSERT_EQ(json.exit_code, 0) << json.all();
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j.at("runs").size(), 20u);
+  EXPECT_EQ(j.at("accepted").get<int>(), 20);
+  double sum = 0;
+  for (const nlohmann::json& row : j.at("runs")) sum += std::abs(row.at("error").get<double>());
+  EXPECT_NEAR(j.at("mean_abs_error").get<double>(), sum / 20, 1e-12);
+}
+
+TEST(PlanCli, AGivenPipelineSplitIsPricedOrRefused) {
+  const std::vector<std::string> llama = {
+      "--model", "llama-3-405b", "--cluster",   "dgx-h100", "--gpus",         "8192",
+      "--seq",   "8192",         "--tp",        "8",        "--pp",           "16",
+      "--dp",    "64",           "--recompute", "none",     "--global-batch", "2048"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = llama;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return plan(a);
+  };
+  const CliResult meta =
+      run_cli(with({"--schedule", "1f1b", "--layers-per-chunk", "7,8,8,8,8,8,8,8,8,8,8,8,8,8,8,7"}),
+              kLimitS);
+  ASSERT_EQ(meta.exit_code, 0) << meta.all();
+  EXPECT_NE(meta.out.find("layers=7,8×14,7"), std::string::npos) << meta.out;
+  const CliResult short_split = run_cli(with({"--layers-per-chunk", "7,8,8"}), kLimitS);
+  EXPECT_EQ(short_split.exit_code, 3) << short_split.all();
+  EXPECT_NE(short_split.err.find("sum to 23 but the model has 126 layers"), std::string::npos)
+      << short_split.err;
 }
 
 }  // namespace

@@ -83,14 +83,15 @@ TEST(Forecast, ZeroOneShardsTheOptimizerStateInTheForecast) {
   EXPECT_NEAR(sharded, whole / 2, 0.01 * whole);
 }
 
-TEST(Forecast, ALayoutThePlannerCannotPriceSaysWhy) {
-  TrainConfig uneven = tiny_config(1, 2, 0);
-  uneven.parallel.layers_per_chunk = {1, 1};
-  const nlohmann::json forecast =
-      forecast_run(uneven, plan::cluster_preset("dgx-h100"), "dgx-h100");
-  ASSERT_TRUE(forecast.contains("rejected"));
-  EXPECT_NE(forecast.at("rejected").get<std::string>().find("layers_per_chunk"), std::string::npos);
-  EXPECT_FALSE(forecast.contains("stages"));
+TEST(Forecast, AGivenPipelineSplitIsPricedAsSplit) {
+  TrainConfig split = tiny_config(1, 2, 0);
+  split.parallel.layers_per_chunk = {1, 1};
+  const nlohmann::json forecast = forecast_run(split, plan::cluster_preset("dgx-h100"), "dgx-h100");
+  ASSERT_FALSE(forecast.contains("rejected")) << forecast.dump();
+  ASSERT_EQ(forecast.at("stages").size(), 2u);
+  EXPECT_GT(forecast.at("step_ms").get<double>(), 0.0);
+  EXPECT_NE(forecast.at("layout").get<std::string>().find("layers=1×2"), std::string::npos)
+      << forecast.dump();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "plan_test_setups.h"
@@ -25,15 +26,62 @@ TEST(Rejections, TensorParallelBeyondTheKeyValueHeads) {
                   RejectReason::kDivisibility, "key/value heads");
 }
 
-TEST(Rejections, PipelineStagesThatDoNotDivideTheLayers) {
-  // 80 layers over 3 stages.
-  expect_rejected(setup_for("llama-3-70b", "dgx-h100", 24, 48, 4096), {.dp = 1, .tp = 8, .pp = 3},
-                  RejectReason::kDivisibility, "80 layers");
-  // 80 layers over 8 stages × 3 chunks.
+TEST(Rejections, MorePipelineChunksThanLayersOrASplitThatDoesNotSumToThem) {
+  // 80 layers over 8 stages × 16 chunks.
   expect_rejected(
       testing::llama70b_on_1024_h100(),
-      {.dp = 16, .tp = 8, .pp = 8, .virtual_stages = 3, .schedule = Schedule::kInterleaved1F1B},
-      RejectReason::kDivisibility, "v 3");
+      {.dp = 16, .tp = 8, .pp = 8, .virtual_stages = 16, .schedule = Schedule::kInterleaved1F1B},
+      RejectReason::kDivisibility, "only 80 layers");
+  // A given split of 30 layers for a model of 80.
+  const TrainingSetup s = setup_for("llama-3-70b", "dgx-h100", 24, 48, 4096);
+  expect_rejected(s, {.dp = 1, .tp = 8, .pp = 3, .layers_per_chunk = {10, 10, 10}},
+                  RejectReason::kDivisibility, "summing to the 80 layers");
+}
+
+TEST(UnevenPipeline, LayersThatDoNotDivideTakeTheBalancedPartition) {
+  // 80 layers over 3 stages: once rejected, now split as the runtime splits them (the head's
+  // stage holds fewer), and priced by its slowest stage.
+  const TrainingSetup s = setup_for("llama-3-70b", "dgx-h100", 24, 48, 4096);
+  const Layout uneven{.dp = 1, .tp = 8, .pp = 3, .micro_batch = 1, .recompute = Recompute::kFull};
+  EXPECT_FALSE(check_layout(s, uneven).has_value());
+  const std::vector<int64_t> counts = chunk_layer_counts(s, uneven);
+  ASSERT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts[0] + counts[1] + counts[2], 80);
+  EXPECT_LE(counts[2], counts[0]);  // the head's stage
+  EXPECT_LE(*std::max_element(counts.begin(), counts.end()) -
+                *std::min_element(counts.begin(), counts.end()),
+            1);
+  // The same model on a given split that loads the first stage with 40 layers is slower and
+  // needs more memory on that stage: the step follows the slowest stage.
+  Layout lopsided = uneven;
+  lopsided.layers_per_chunk = {40, 20, 20};
+  const Evaluation balanced = evaluate(s, uneven), heavy = evaluate(s, lopsided);
+  EXPECT_GT(heavy.time.step, 1.3 * balanced.time.step);
+  EXPECT_GT(estimate_stage_memory(s, lopsided, 0).parameters,
+            1.9 * estimate_stage_memory(s, lopsided, 1).parameters);
+  EXPECT_EQ(stage_layers(s, lopsided, 0), 40);
+  EXPECT_NE(describe(lopsided).find("layers=40,20×2"), std::string::npos) << describe(lopsided);
+}
+
+TEST(UnevenPipeline, Llama3s126LayersOn16StagesFitAsPublished) {
+  // Dubey et al. 2024: tp 8, pp 16, one layer fewer on the first and the last stage, no
+  // recompute, 8,192 tokens, 2,048 sequences on 8,192 H100s.
+  TrainingSetup s = setup_for("llama-3-405b", "dgx-h100", 8192, 2048, 8192);
+  const Layout published{.dp = 64,
+                         .tp = 8,
+                         .pp = 16,
+                         .zero = 2,
+                         .micro_batch = 1,
+                         .sequence_parallel = true,
+                         .layers_per_chunk = {7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}};
+  const Evaluation e = evaluate(s, published);
+  EXPECT_TRUE(e.feasible()) << (e.rejection ? e.rejection->message : "");
+  // Without the split the first stage holds 8 layers' activations for 16 micro-batches in
+  // flight: more memory on the stage that binds.
+  Layout even_ends = published;
+  even_ends.layers_per_chunk = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7, 7};
+  EXPECT_GT(estimate_stage_memory(s, even_ends, 0).activations,
+            estimate_stage_memory(s, published, 0).activations);
 }
 
 TEST(Rejections, GlobalBatchNotDivisibleByDataParallelTimesMicroBatch) {

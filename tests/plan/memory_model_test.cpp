@@ -37,7 +37,8 @@ TEST(StageParameters, ShardsSumToTheModel) {
   const ParameterCounts counts = count_parameters(m);
   const Layout layout{.dp = 1, .tp = 4, .pp = 4};
   double sum = 0;
-  for (int64_t stage = 0; stage < 4; ++stage) sum += 4 * stage_parameter_count(m, layout, stage);
+  for (int64_t stage = 0; stage < 4; ++stage)
+    sum += 4 * stage_parameter_count(m, layout, stage, m.n_layers / 4);
   const double replicated_extra = 3.0 * double(m.n_layers * counts.per_layer_replicated) +
                                   3.0 * double(m.max_seq_len * m.d_model) +
                                   3.0 * double(counts.final_norm);
@@ -55,7 +56,7 @@ TEST(MemoryModel, EveryComponentAddsUpAndMatchesItsFormula) {
                       .recompute = Recompute::kSelective,
                       .sequence_parallel = true};
   const MemoryBreakdown mem = estimate_stage_memory(s, layout, 0);
-  const double n = stage_parameter_count(s.model, layout, 0);
+  const double n = stage_parameter_count(s.model, layout, 0, s.model.n_layers / 2);
   EXPECT_DOUBLE_EQ(mem.parameters, 2 * n);
   EXPECT_DOUBLE_EQ(mem.gradients, 2 * n);
   EXPECT_DOUBLE_EQ(mem.optimizer_states, 12 * n / 4);

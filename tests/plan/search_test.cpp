@@ -12,10 +12,10 @@ using testing::setup_for;
 
 TEST(Search, FixingEveryDimensionEvaluatesOneLayout) {
   // The example: --tp 8 --pp 8 --dp 1 --micro-batch 1 --virtual-stages 3
-  // --recompute selective --sp (64 devices; 80 layers do not split into 8 × 3 chunks).
+  // --recompute selective --sp (64 devices), but 16 chunks per stage: 128 chunks for 80 layers.
   TrainingSetup s = setup_for("llama-3-70b", "dgx-h100", 64, 64, 4096);
   SearchConstraints c;
-  c.tp = 8, c.pp = 8, c.dp = 1, c.micro_batch = 1, c.virtual_stages = 3;
+  c.tp = 8, c.pp = 8, c.dp = 1, c.micro_batch = 1, c.virtual_stages = 16;
   c.recompute = {Recompute::kSelective};
   c.sequence_parallel = true;
   SearchResult r = search_layouts(s, c);

@@ -111,7 +111,7 @@ TEST(TimeModel, LatticeRuntimePricesWhatItRuns) {
   const Layout zero0{.dp = 2, .micro_batch = 4}, zero1{.dp = 2, .zero = 1, .micro_batch = 4};
   const TimeBreakdown z0 = estimate_time(s, zero0), z1 = estimate_time(s, zero1);
   // Lattice's ZeRO-1 reduces gradients as ZeRO-0 does, then broadcasts the f32 master shards.
-  const double master = 4.0 * stage_parameter_count(s.model, zero1, 0);
+  const double master = 4.0 * stage_parameter_count(s.model, zero1, 0, s.model.n_layers);
   const double broadcast =
       collective_seconds(s.cluster, CollectiveOp::kAllGather, z1.dp_link, 2, master);
   EXPECT_DOUBLE_EQ(z1.dp_communication, z0.dp_communication);

@@ -1,0 +1,192 @@
+#include "plan/published_runs.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "plan/model_presets.h"
+
+namespace lattice::plan {
+namespace {
+
+// Megatron-LM's GPT models of both papers: vocabulary 51,200, sequence 2,048 (Narayanan et al.
+// 2021, §5.1; Korthikanti et al. 2022, §6).
+constexpr int64_t kMegatronVocab = 51200, kMegatronSeq = 2048;
+
+ModelSpec megatron_gpt(const std::string& name, int64_t layers, int64_t heads, int64_t hidden) {
+  return gpt_model(name, layers, heads, hidden, kMegatronSeq, kMegatronVocab, kMegatronVocab);
+}
+
+// Megatron-LM of 2021-22 on A100s: attention materialises the s×s scores (no flash attention
+// yet), dropout is on, fp16/bf16 mixed precision (the same bytes per element).
+TrainingSetup megatron_setup(ModelSpec model, int64_t devices, int64_t global_batch) {
+  TrainingSetup setup;
+  setup.model = std::move(model);
+  setup.cluster = cluster_preset("dgx-a100");
+  // Megatron-LM of that time all-reduced the data-parallel gradients in one go after the
+  // backward (its DistributedDataParallel; per-bucket overlap came with Megatron-Core's
+  // overlap_grad_reduce in 2023).
+  setup.cluster.runtime.software = "megatron-lm 2021-22 (gradient all-reduce after the backward)";
+  setup.cluster.runtime.dp_overlap = 0;
+  setup.devices = devices;
+  setup.global_batch = global_batch;
+  setup.seq_len = kMegatronSeq;
+  setup.flash_attention = false;
+  setup.dropout = true;
+  return setup;
+}
+
+SearchConstraints fixed_layout(int64_t tp, int64_t pp, int64_t dp, Recompute recompute, bool sp) {
+  SearchConstraints c;
+  c.tp = tp;
+  c.pp = pp;
+  c.dp = dp;
+  c.recompute = {recompute};
+  c.sequence_parallel = sp;
+  // The schedules Megatron-LM had then: 1F1B and the interleaved 1F1B (Narayanan et al. §2.2).
+  c.schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B};
+  c.zero_stages = {0};
+  c.top_k = 1;
+  return c;
+}
+
+// Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+// Megatron-LM" (SC'21), Table 1: weak scaling on Selene (DGX A100), full activation recompute.
+// The step time follows from the reported teraFLOP/s per GPU and the paper's own FLOP count,
+// equation (3): F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), which counts the recompute.
+PublishedRun narayanan(int row, const std::string& size, int64_t heads, int64_t hidden,
+                       int64_t layers, int64_t tp, int64_t pp, int64_t gpus, int64_t batch,
+                       double tflops, double percent_of_peak) {
+  PublishedRun run;
+  run.id = fmt::format("narayanan-{}", size);
+  run.source =
+      fmt::format("Narayanan et al. 2021 (SC'21), Table 1, row {} ({} parameters)", row, size);
+  run.step_time_from =
+      "the reported teraFLOP/s per GPU and the paper's FLOP count (eq. 3, recompute included)";
+  run.setup = megatron_setup(megatron_gpt("gpt-" + size, layers, heads, hidden), gpus, batch);
+  run.layout = fixed_layout(tp, pp, gpus / (tp * pp), Recompute::kFull, false);
+  const double B = double(batch), s = double(kMegatronSeq), l = double(layers), h = double(hidden);
+  const double flops =
+      96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + double(kMegatronVocab) / (16.0 * l * h));
+  run.step_seconds = flops / (tflops * 1e12 * double(gpus));
+  run.published_tflops_per_device = tflops;
+  run.published_hfu = percent_of_peak / 100.0;  // the paper's FLOPs count the recompute
+  return run;
+}
+
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+// (MLSys'23), Table 3 (configurations) and Table 5 (end-to-end iteration time): full recompute
+// without sequence parallelism, and selective recompute with sequence parallelism ("present
+// work"); data parallelism 1.
+std::vector<PublishedRun> korthikanti(const std::string& size, int64_t heads, int64_t hidden,
+                                      int64_t layers, int64_t pp, int64_t gpus, int64_t batch,
+                                      int64_t micro_batch, double full_seconds,
+                                      double selective_seconds, double selective_mfu) {
+  std::vector<PublishedRun> runs;
+  for (bool selective : {false, true}) {
+    PublishedRun run;
+    run.id = fmt::format("korthikanti-{}-{}", size, selective ? "selective-sp" : "full");
+    run.source = fmt::format(
+        "Korthikanti et al. 2022, Tables 3 and 5, {} model, '{}' column", size,
+        selective ? "present work (selective recompute + sequence parallelism)" : "full recompute");
+    run.step_time_from = "published (seconds per iteration)";
+    run.setup = megatron_setup(megatron_gpt("gpt-" + size, layers, heads, hidden), gpus, batch);
+    run.layout =
+        fixed_layout(8, pp, 1, selective ? Recompute::kSelective : Recompute::kFull, selective);
+    run.layout.micro_batch = micro_batch;
+    run.step_seconds = selective ? selective_seconds : full_seconds;
+    run.published_mfu = selective ? selective_mfu : 0;
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+// Dubey et al. 2024, "The Llama 3 Herd of Models", §3.3.2 and Table 4: Llama 3 405B on H100s,
+// tp 8, pp 16, 16M tokens per step at 8,192 tokens, bf16; the first and the last stage hold one
+// layer fewer (§3.3.2, "we reduce one Transformer layer each from the first and the last
+// stages"), FSDP over the data-parallel group, no recompute named. The step time follows from the
+// reported TFLOPs per GPU and the planner's FLOP convention (6Ψ + 12·l·h·s per token), which
+// the paper does not state.
+PublishedRun llama3(int row, int64_t gpus, int64_t dp, double tflops, double mfu) {
+  PublishedRun run;
+  run.id = fmt::format("llama3-405b-{}k-gpus", gpus / 1024);
+  run.source = fmt::format("Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4, row {}", row);
+  run.step_time_from =
+      "the reported TFLOPs per GPU and the PaLM FLOP convention (6Ψ + 12·l·h·s per token)";
+  TrainingSetup& setup = run.setup;
+  setup.model = model_preset("llama-3-405b");
+  setup.cluster = cluster_preset("dgx-h100");
+  setup.devices = gpus;
+  setup.global_batch = 2048;  // 16M tokens of 8,192
+  setup.seq_len = 8192;
+  SearchConstraints& c = run.layout;
+  c.tp = 8;
+  c.pp = 16;
+  c.dp = dp;
+  c.recompute = {Recompute::kNone};
+  c.schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B};
+  c.zero_stages = {1, 2, 3};
+  // Meta's split without interleaving; interleaved layouts take the balanced partition.
+  c.layers_per_chunk = {7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7};
+  c.top_k = 1;
+  run.step_seconds = model_flops_per_step(setup) / (tflops * 1e12 * double(gpus));
+  run.published_tflops_per_device = tflops;
+  run.published_mfu = mfu;
+  return run;
+}
+
+}  // namespace
+
+std::vector<PublishedRun> published_runs() {
+  std::vector<PublishedRun> runs = {
+      narayanan(1, "1.7b", 24, 2304, 24, 1, 1, 32, 512, 137, 44),
+      narayanan(2, "3.6b", 32, 3072, 30, 2, 1, 64, 512, 138, 44),
+      narayanan(3, "7.5b", 32, 4096, 36, 4, 1, 128, 512, 142, 46),
+      narayanan(4, "18.4b", 48, 6144, 40, 8, 1, 256, 1024, 135, 43),
+      narayanan(5, "39.1b", 64, 8192, 48, 8, 2, 512, 1536, 138, 44),
+      narayanan(6, "76.1b", 80, 10240, 60, 8, 4, 1024, 1792, 140, 45),
+      narayanan(7, "145.6b", 96, 12288, 80, 8, 8, 1536, 2304, 148, 47),
+      narayanan(8, "310.1b", 128, 16384, 96, 8, 16, 1920, 2160, 155, 50),
+      narayanan(9, "529.6b", 128, 20480, 105, 8, 35, 2520, 2520, 163, 52),
+      narayanan(10, "1008b", 160, 25600, 128, 8, 64, 3072, 3072, 163, 52),
+  };
+  for (auto& group : {korthikanti("22b", 64, 6144, 48, 1, 8, 4, 4, 1.42, 1.10, 0.415),
+                      korthikanti("175b", 96, 12288, 96, 8, 64, 64, 1, 18.13, 13.75, 0.514),
+                      korthikanti("530b", 128, 20480, 105, 35, 280, 280, 1, 49.05, 37.83, 0.560),
+                      korthikanti("1t", 160, 25600, 128, 64, 512, 512, 1, 94.42, 71.49, 0.563)}) {
+    runs.insert(runs.end(), group.begin(), group.end());
+  }
+  runs.push_back(llama3(1, 8192, 64, 430, 0.43));
+  runs.push_back(llama3(2, 16384, 128, 400, 0.41));
+  return runs;
+}
+
+double PublishedCheck::predicted_seconds() const {
+  return fits() ? search.ranked.front().time.step : 0.0;
+}
+
+double PublishedCheck::error() const {
+  return fits() ? (predicted_seconds() - run.step_seconds) / run.step_seconds : 0.0;
+}
+
+PublishedValidation validate_published(const std::vector<PublishedRun>& runs) {
+  PublishedValidation v;
+  double sum = 0;
+  for (const PublishedRun& run : runs) {
+    PublishedCheck check{.run = run, .search = search_layouts(run.setup, run.layout)};
+    if (check.fits()) {
+      ++v.accepted;
+      const double e = std::abs(check.error());
+      sum += e;
+      if (e >= v.max_abs_error) {
+        v.max_abs_error = e;
+        v.worst = run.id;
+      }
+    }
+    v.checks.push_back(std::move(check));
+  }
+  if (v.accepted > 0) v.mean_abs_error = sum / double(v.accepted);
+  return v;
+}
+
+}  // namespace lattice::plan

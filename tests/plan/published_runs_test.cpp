@@ -1,0 +1,116 @@
+// The planner against published large-scale runs (plan/published_runs.h, docs/planner.md
+// "Published runs"): every published layout fits, each row is cited, and each row's error is
+// locked to the figure docs/planner.md prints, so that any change to the cost model shows up
+// here and the table is rewritten with it.
+#include "plan/published_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "plan/collective_cost.h"
+
+namespace lattice::plan {
+namespace {
+
+const PublishedValidation& validation() {
+  static const PublishedValidation v = validate_published(published_runs());
+  return v;
+}
+
+TEST(PublishedRuns, EveryPublishedLayoutIsAcceptedAndEveryRowCitesItsTable) {
+  const PublishedValidation& v = validation();
+  ASSERT_EQ(v.checks.size(), 20u);
+  EXPECT_EQ(v.accepted, 20);
+  for (const PublishedCheck& c : v.checks) {
+    EXPECT_TRUE(c.fits()) << c.run.id;
+    EXPECT_NE(c.run.source.find("Table"), std::string::npos) << c.run.id;
+    EXPECT_GT(c.run.step_seconds, 0.0) << c.run.id;
+    if (!c.fits()) continue;
+    // What the paper fixes is what the prediction used.
+    const Layout& l = c.search.ranked.front().layout;
+    EXPECT_EQ(l.tp, *c.run.layout.tp) << c.run.id;
+    EXPECT_EQ(l.pp, *c.run.layout.pp) << c.run.id;
+    EXPECT_EQ(l.dp, *c.run.layout.dp) << c.run.id;
+    EXPECT_EQ(l.recompute, c.run.layout.recompute.front()) << c.run.id;
+  }
+}
+
+TEST(PublishedRuns, TheDerivedStepTimesFollowThePapersOwnFigures) {
+  std::map<std::string, PublishedRun> runs;
+  for (const PublishedRun& r : published_runs()) runs[r.id] = r;
+  // Korthikanti et al. Table 5: seconds per iteration as printed.
+  EXPECT_DOUBLE_EQ(runs.at("korthikanti-175b-selective-sp").step_seconds, 13.75);
+  EXPECT_DOUBLE_EQ(runs.at("korthikanti-1t-full").step_seconds, 94.42);
+  // Narayanan et al. eq. 3 at 1T (B 3072, s 2048, l 128, h 25600, V 51200) and 163 TFLOP/s on
+  // 3072 GPUs.
+  const double flops = 96.0 * 3072 * 2048 * 128 * 25600.0 * 25600.0 *
+                       (1 + 2048 / (6.0 * 25600) + 51200 / (16.0 * 128 * 25600));
+  EXPECT_NEAR(runs.at("narayanan-1008b").step_seconds, flops / (163e12 * 3072), 1e-9);
+  // The 22B row's MFU (41.5%) and its 1.10 s agree under the PaLM convention the planner uses:
+  // a check on the FLOP count both sides share.
+  const PublishedCheck* k22 = nullptr;
+  for (const PublishedCheck& c : validation().checks) {
+    if (c.run.id == "korthikanti-22b-selective-sp") k22 = &c;
+  }
+  ASSERT_NE(k22, nullptr);
+  const double mfu_at_published = k22->search.ranked.front().time.model_flops / (1.10 * 8 * 312e12);
+  EXPECT_NEAR(mfu_at_published, 0.415, 0.005);
+}
+
+TEST(PublishedRuns, EachRowsErrorIsTheOneTheDocsPrint) {
+  // (predicted − published) ÷ published, as docs/planner.md's table shows them. A change to the
+  // cost model moves these: rerun `lattice plan --validate-published`, update the docs' table and
+  // this list together.
+  const std::map<std::string, double> documented = {
+      {"narayanan-1.7b", 0.0014},         {"narayanan-3.6b", -0.0052},
+      {"narayanan-7.5b", 0.0036},         {"narayanan-18.4b", -0.0593},
+      {"narayanan-39.1b", -0.1031},       {"narayanan-76.1b", -0.1241},
+      {"narayanan-145.6b", -0.1212},      {"narayanan-310.1b", -0.1190},
+      {"narayanan-529.6b", -0.0973},      {"narayanan-1008b", -0.1104},
+      {"korthikanti-22b-full", -0.0339},  {"korthikanti-22b-selective-sp", -0.0477},
+      {"korthikanti-175b-full", -0.0336}, {"korthikanti-175b-selective-sp", -0.0344},
+      {"korthikanti-530b-full", -0.0113}, {"korthikanti-530b-selective-sp", -0.0228},
+      {"korthikanti-1t-full", -0.0364},   {"korthikanti-1t-selective-sp", -0.0280},
+      {"llama3-405b-8k-gpus", 0.1864},    {"llama3-405b-16k-gpus", -0.0816},
+  };
+  for (const PublishedCheck& c : validation().checks) {
+    ASSERT_TRUE(documented.contains(c.run.id)) << c.run.id;
+    EXPECT_NEAR(c.error(), documented.at(c.run.id), 0.0005) << c.run.id;
+  }
+  EXPECT_NEAR(validation().mean_abs_error, 0.0630, 0.0005);
+  EXPECT_EQ(validation().worst, "llama3-405b-8k-gpus");
+}
+
+TEST(PublishedRuns, SelectiveAndFullRecomputeAgreeOnTheSameModel) {
+  // Korthikanti et al. measured selective + SP 22-24% faster than full recompute on every model;
+  // before the selective rerun of the score sweeps and SP's backward all-gathers were priced the
+  // planner saw 26-29%. Each pair's two errors now lie within 1.5 points of each other.
+  std::map<std::string, double> error;
+  for (const PublishedCheck& c : validation().checks) error[c.run.id] = c.error();
+  for (const char* size : {"22b", "175b", "530b", "1t"}) {
+    const std::string base = std::string("korthikanti-") + size;
+    EXPECT_NEAR(error.at(base + "-full"), error.at(base + "-selective-sp"), 0.015) << size;
+  }
+}
+
+TEST(PublishedRuns, GradientAllReduceAfterTheBackwardIsWhatThe2021RunsPaid) {
+  // Narayanan et al.'s tp 1 row (1.7B on 32 GPUs, dp 32): with Megatron-Core's overlap the
+  // planner hides the gradient all-reduce and is ~9% fast; with the 2021 codebase's profile
+  // (dp_overlap 0) it is within 1%.
+  PublishedRun row;
+  for (const PublishedRun& r : published_runs()) {
+    if (r.id == "narayanan-1.7b") row = r;
+  }
+  ASSERT_EQ(row.setup.cluster.runtime.dp_overlap, 0.0);
+  const double with_profile = validate_published({row}).checks[0].error();
+  row.setup.cluster.runtime.dp_overlap = 0.8;
+  const double overlapped = validate_published({row}).checks[0].error();
+  EXPECT_LT(std::abs(with_profile), 0.01);
+  EXPECT_LT(overlapped, -0.07);
+}
+
+}  // namespace
+}  // namespace lattice::plan
