@@ -6,6 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <string>
@@ -110,6 +115,31 @@ TEST(PublishedRuns, GradientAllReduceAfterTheBackwardIsWhatThe2021RunsPaid) {
   const double overlapped = validate_published({row}).checks[0].error();
   EXPECT_LT(std::abs(with_profile), 0.01);
   EXPECT_LT(overlapped, -0.07);
+}
+
+TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
+  // The search restricted to the features each run had (its recompute, SP, schedules, ZeRO
+  // stages, micro-batch where published) but free in tp, pp and dp: the published (tp, pp, dp)
+  // is among the five best (a shape counted once however many v or micro-batches it has) for 17
+  // of the 20 rows. Three of Narayanan et al.'s rows are not (docs/planner.md says so): the
+  // planner prefers other shapes there, as its optimism on those rows would suggest.
+  std::vector<std::string> outside;
+  for (PublishedRun run : published_runs()) {
+    const std::array<int64_t, 3> published = {*run.layout.tp, *run.layout.pp, *run.layout.dp};
+    run.layout.tp.reset(), run.layout.pp.reset(), run.layout.dp.reset();
+    run.layout.top_k = 200;
+    const SearchResult result = search_layouts(run.setup, run.layout);
+    std::vector<std::array<int64_t, 3>> shapes;
+    for (const Evaluation& e : result.ranked) {
+      const std::array<int64_t, 3> shape = {e.layout.tp, e.layout.pp, e.layout.dp};
+      if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
+      if (shapes.size() == 5) break;
+    }
+    if (std::find(shapes.begin(), shapes.end(), published) == shapes.end())
+      outside.push_back(run.id);
+  }
+  EXPECT_EQ(fmt::format("{}", fmt::join(outside, ", ")),
+            "narayanan-18.4b, narayanan-39.1b, narayanan-145.6b");
 }
 
 }  // namespace
