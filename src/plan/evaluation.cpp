@@ -163,10 +163,15 @@ Evaluation evaluate(const TrainingSetup& setup, const Layout& layout) {
   e.layout = layout;
   e.rejection = check_layout(setup, layout);
   if (e.rejection) return e;
-  e.memory = estimate_memory(setup, layout);
-  e.time = estimate_time(setup, layout);
+  // An uneven pipeline without a given split takes the balanced partition, computed once here
+  // rather than by every stage's memory and time (and shown by describe()). The Lattice runtime's
+  // model keeps computing its own partition, even or not, as before.
+  if (layout.layers_per_chunk.empty() && setup.runtime == Runtime::kMegatron)
+    e.layout.layers_per_chunk = default_split(setup.model, layout.pp, layout.virtual_stages);
+  e.memory = estimate_memory(setup, e.layout);
+  e.time = estimate_time(setup, e.layout);
   if (!e.memory.fits())
-    e.rejection = reject(RejectReason::kMemory, memory_message(e.memory, layout));
+    e.rejection = reject(RejectReason::kMemory, memory_message(e.memory, e.layout));
   return e;
 }
 

@@ -23,6 +23,12 @@ std::vector<int64_t> chunk_layer_counts(const TrainingSetup& setup, const Layout
   return std::vector<int64_t>(size_t(chunks), layers / chunks);
 }
 
+std::vector<int64_t> default_split(const ModelSpec& model, int64_t pp, int64_t v) {
+  const int64_t chunks = pp * v;
+  if (chunks <= 1 || chunks > model.n_layers || model.n_layers % chunks == 0) return {};
+  return lattice_layers_per_chunk(model, pp, v);
+}
+
 int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage) {
   const std::vector<int64_t> counts = chunk_layer_counts(setup, layout);
   int64_t held = 0;

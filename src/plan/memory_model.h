@@ -60,6 +60,11 @@ double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64
 // runtime's balanced partition (lattice_stages.h), which gives the stages holding the embedding
 // and the head fewer layers where the layers do not divide evenly.
 std::vector<int64_t> chunk_layer_counts(const TrainingSetup& setup, const Layout& layout);
+// The split a (pp, v) pipeline takes when none is given: empty where p·v divides the layers
+// evenly (or exceeds them: check_layout rejects that), else the runtime's balanced partition.
+// A search of its own: the layout search computes it once per (pp, v), evaluate() once per
+// layout, and both store it in Layout::layers_per_chunk.
+std::vector<int64_t> default_split(const ModelSpec& model, int64_t pp, int64_t v);
 // Layers pipeline rank `stage` holds (its chunks of chunk_layer_counts).
 int64_t stage_layers(const TrainingSetup& setup, const Layout& layout, int64_t stage);
 

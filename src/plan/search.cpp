@@ -4,7 +4,6 @@
 #include <map>
 
 #include "core/error.h"
-#include "plan/lattice_stages.h"
 
 namespace lattice::plan {
 namespace {
@@ -71,16 +70,14 @@ class Ranking {
   SearchResult& result_;
 };
 
-// The layers per chunk of the (pp, v) layouts: the constraints' split where its size is p·v;
-// the balanced partition where p·v does not divide the layers (computed once here, not per
-// layout and stage: it is a search of its own); empty otherwise (the even split).
+// The layers per chunk of the (pp, v) layouts: the constraints' split where its size is p·v,
+// else default_split (computed once per pair here, not per layout and stage).
 std::vector<int64_t> pipeline_split(const TrainingSetup& setup, const SearchConstraints& c,
                                     int64_t pp, int64_t v) {
   const int64_t chunks = pp * v;
   if (chunks <= 1) return {};
   if (int64_t(c.layers_per_chunk.size()) == chunks) return c.layers_per_chunk;
-  if (chunks > setup.model.n_layers || setup.model.n_layers % chunks == 0) return {};
-  return lattice_layers_per_chunk(setup.model, pp, v);
+  return default_split(setup.model, pp, v);
 }
 
 }  // namespace

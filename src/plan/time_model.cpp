@@ -83,11 +83,12 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
             : collective_seconds(setup.cluster, CollectiveOp::kAllReduce, link, layout.tp, bytes);
   }
   cost.tp_communication = 4.0 * tp_one;
-  if (layout.tp > 1 && layout.sequence_parallel) {
-    // SP keeps only its 1/t shard of each norm's output, so the backward gathers it again for
-    // the weight gradients of QKV and of the MLP's first GEMM (Korthikanti et al. §4.2.2).
-    // Megatron-LM issues the gather alongside the data-gradient GEMM, but NCCL's kernels take
-    // SMs and HBM bandwidth from it; counted whole.
+  if (layout.tp > 1 && layout.sequence_parallel && setup.runtime == Runtime::kMegatron) {
+    // Megatron's SP keeps only its 1/t shard of each norm's output, so the backward gathers it
+    // again for the weight gradients of QKV and of the MLP's first GEMM (Korthikanti et al.
+    // §4.2.2). It issues the gather alongside the data-gradient GEMM, but NCCL's kernels take
+    // SMs and HBM bandwidth from it; counted whole. (Lattice keeps the gathered input: its
+    // backward has no such gather, docs/tensor-parallel.md.)
     const double bytes = setup.bytes().activation * tokens * h;
     cost.tp_communication +=
         2.0 * collective_seconds(setup.cluster, CollectiveOp::kAllGather,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/activation_memory.h"
 #include "plan/collective_cost.h"
 #include "plan/memory_model.h"
 #include "plan/pipeline_theory.h"
@@ -120,6 +121,108 @@ TEST(TimeModel, LatticeRuntimePricesWhatItRuns) {
   EXPECT_NEAR(z1.synchronisation - z0.synchronisation, broadcast + scalar, 1e-12)
       << "the broadcast and the grad norm's dp all-reduce";
   EXPECT_NEAR(z1.dp_communication_total, z0.dp_communication_total + broadcast, 1e-12);
+}
+
+TEST(TimeModel, MegatronsSequenceParallelGathersTheNormOutputsAgainInTheBackward) {
+  // Per layer: 4 × (all-gather + reduce-scatter) of b·s·h, and Megatron's 2 backward re-gathers.
+  TrainingSetup s = setup_for("gpt3-175b", "dgx-a100", 64, 64, 2048);
+  const Layout sp{.dp = 1, .tp = 8, .pp = 8, .micro_batch = 1, .sequence_parallel = true};
+  const double bytes = 2.0 * 2048 * 12288;
+  auto price = [&](CollectiveOp op) {
+    return collective_seconds(s.cluster, op, Transport::kIntraNode, 8, bytes);
+  };
+  const double per_layer =
+      4 * (price(CollectiveOp::kAllGather) + price(CollectiveOp::kReduceScatter)) +
+      2 * price(CollectiveOp::kAllGather);
+  const int64_t m = micro_batches(sp, s.global_batch);
+  EXPECT_NEAR(estimate_time(s, sp).tp_communication, double(m) * 12 * per_layer, 1e-9 * per_layer);
+  // Lattice keeps the gathered input: no re-gather (docs/tensor-parallel.md's collective list).
+  // Its per-layer share, read as the difference two more layers make (its embedding and head
+  // collectives do not depend on the layer count), is the 4 × (all-gather + reduce-scatter).
+  s.runtime = Runtime::kLattice;
+  const Layout flat{.dp = 1, .tp = 8, .micro_batch = 1, .sequence_parallel = true};
+  TrainingSetup wide = s;
+  wide.devices = 8, wide.global_batch = 8;
+  TrainingSetup deeper = wide;
+  wide.model.n_layers = 2, deeper.model.n_layers = 4;
+  const double two_layers =
+      estimate_time(deeper, flat).tp_communication - estimate_time(wide, flat).tp_communication;
+  EXPECT_NEAR(two_layers, 8 * 2 * (per_layer - 2 * price(CollectiveOp::kAllGather)),
+              1e-9 * per_layer);
+}
+
+TEST(TimeModel, SelectiveRecomputeWithoutFusedAttentionRerunsTheScoreSweeps) {
+  // Korthikanti et al.'s setting (s×s scores stored, dropout on): selective recompute reruns
+  // the two attention GEMMs and the sweeps over the scores — the bytes it stops storing, written
+  // and read once. With flash attention it reruns nothing.
+  TrainingSetup s = setup_for("gpt3-175b", "dgx-a100", 64, 64, 2048);
+  s.flash_attention = false;
+  s.dropout = true;
+  const Layout selective{.dp = 1,
+                         .tp = 8,
+                         .pp = 8,
+                         .micro_batch = 1,
+                         .recompute = Recompute::kSelective,
+                         .sequence_parallel = true};
+  ActivationOptions stored{.micro_batch = 1,
+                           .seq_len = 2048,
+                           .tp = 8,
+                           .sequence_parallel = true,
+                           .recompute = Recompute::kNone,
+                           .dropout = true,
+                           .flash_attention = false,
+                           .activation_bytes = 2};
+  ActivationOptions kept = stored;
+  kept.recompute = Recompute::kSelective;
+  const double sweeps =
+      2.0 * (layer_activation_bytes(s.model, stored) - layer_activation_bytes(s.model, kept)) /
+      s.cluster.device.hbm_bytes_per_s;
+  const double heads = 96.0 / 8, hd = 128, seq = 2048;
+  const double gemm_rate_qk =
+      s.cluster.peak_flops(s.precision) * gemm_efficiency(s.cluster, s.precision, seq, seq, hd);
+  const double gemm_rate_pv =
+      s.cluster.peak_flops(s.precision) * gemm_efficiency(s.cluster, s.precision, seq, hd, seq);
+  const double core =
+      2 * seq * seq * hd * heads / gemm_rate_qk + 2 * seq * hd * seq * heads / gemm_rate_pv;
+  const int64_t m = micro_batches(selective, s.global_batch);
+  EXPECT_NEAR(estimate_time(s, selective).recompute, double(m) * 12 * (core + sweeps), 1e-9 * core);
+  EXPECT_GT(sweeps, core);  // at s = 2048 the sweeps cost more than the GEMMs they surround
+  s.flash_attention = true;
+  s.dropout = false;
+  EXPECT_EQ(estimate_time(s, selective).recompute, 0.0);
+}
+
+TEST(TimeModel, ASoftwareProfilesFactorsScaleWhatTheyName) {
+  // layer_overhead_s adds its seconds per layer and micro-batch forward, twice backward;
+  // compute_efficiency divides every GEMM's rate.
+  TrainingSetup s = setup_for("gpt2-1.5b", "dgx-a100", 8, 64, 1024);
+  const Layout dp{.dp = 8, .micro_batch = 2};
+  s.cluster.runtime.layer_overhead_s = 0;
+  const TimeBreakdown base = estimate_time(s, dp);
+  s.cluster.runtime.layer_overhead_s = 1e-3;
+  const TimeBreakdown overhead = estimate_time(s, dp);
+  const double m = double(micro_batches(dp, s.global_batch));
+  EXPECT_NEAR(overhead.forward - base.forward, m * 48 * 1e-3, 1e-9);
+  EXPECT_NEAR(overhead.backward - base.backward, m * 48 * 2e-3, 1e-9);
+  s.cluster.runtime.layer_overhead_s = 0;
+  s.cluster.runtime.compute_efficiency = 0.5;
+  const TimeBreakdown half = estimate_time(s, dp);
+  EXPECT_GT(half.forward, 1.5 * base.forward);  // GEMMs doubled; element-wise work unchanged
+  EXPECT_LT(half.forward, 2.0 * base.forward);
+}
+
+TEST(TimeModel, TheLastGradientBucketIsNeverHidden) {
+  // Even with the whole reduction hideable (dp_overlap 1), the last bucket's share is exposed:
+  // it starts when the backward ends.
+  TrainingSetup s = setup_for("gpt2-1.5b", "dgx-a100", 64, 512, 1024);
+  s.cluster.runtime.dp_overlap = 1.0;
+  const Layout dp{.dp = 64, .micro_batch = 8};
+  const TimeBreakdown t = estimate_time(s, dp);
+  const double grad_bytes = 2.0 * stage_parameter_count(s.model, dp, 0, s.model.n_layers);
+  EXPECT_GT(t.dp_communication, 0.0);
+  EXPECT_NEAR(t.dp_communication,
+              t.dp_communication_total * s.cluster.runtime.dp_bucket_bytes / grad_bytes,
+              1e-9 * t.dp_communication_total);
 }
 
 }  // namespace
