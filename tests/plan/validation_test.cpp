@@ -13,6 +13,7 @@
 #include "../train/test_corpus.h"
 #include "core/error.h"
 #include "forecast/forecast.h"
+#include "plan/activation_memory.h"
 #include "plan/cluster_spec.h"
 #include "plan/evaluation.h"
 #include "plan/lattice_stages.h"
@@ -520,6 +521,53 @@ TEST(ValidationLayouts, NamesParseAndPrint) {
   EXPECT_THROW(parse_validation_layout("sp"), ConfigError);
   EXPECT_THROW(parse_validation_layout("dp1+sp"), ConfigError);
   EXPECT_THROW(parse_validation_layout("dp1+zero1"), ConfigError);
+}
+
+// ---- fused (flash-style) attention at long sequences: the planner against the arena ----
+
+// Activation bytes after a step of llama-tiny at sequence `seq` (one micro-batch of kGlobalBatch
+// sequences): predicted by the planner and measured by the arena.
+std::pair<double, double> long_sequence_activations(const char* layout_words, int64_t seq) {
+  Layout layout = parse_validation_layout(layout_words);
+  layout.micro_batch = kGlobalBatch / layout.dp;
+  TrainingSetup setup = lattice_setup("llama-tiny", layout, Precision::kFp32);
+  setup.model.max_seq_len = setup.seq_len = seq;
+  const MemoryBreakdown predicted = estimate_memory(setup, layout);
+
+  TrainConfig config;
+  config.model = trainer_model("llama-tiny");
+  config.model.seq_len = seq;
+  config.data_dir =
+      testing::make_corpus_dir(fmt::format("plan_long_{}_{}", seq, layout.tp)).string();
+  config.global_batch = kGlobalBatch;
+  config.micro_batches = 1;
+  config.seq_len = seq;
+  const LayoutRunResult run = run_layout(
+      config, {.layout = runtime_layout(layout), .threads = 1, .warmup_steps = 0, .steps = 1});
+  return {predicted.activations + predicted.recompute_working + predicted.embedding_activations +
+              predicted.logits,
+          double(run.finished.peak_by_category[size_t(MemoryCategory::kActivations)])};
+}
+
+TEST(LongSequences, FusedAttentionActivationsEqualTheArenaAndGrowLinearlyWithTheSequence) {
+  // At 16× the preset's context the planner's flash-attention count (Korthikanti et al.'s
+  // Table 2 without the a·s² score terms, plus the f32 log-sum-exp) is still exact, without and
+  // with tp + SP; and the bytes grow as s, where stored scores would grow as s².
+  for (const char* layout : {"dp1tp1", "tp2+sp"}) {
+    const auto [predicted_256, measured_256] = long_sequence_activations(layout, 256);
+    const auto [predicted_1024, measured_1024] = long_sequence_activations(layout, 1024);
+    EXPECT_DOUBLE_EQ(predicted_256, measured_256) << layout;
+    EXPECT_DOUBLE_EQ(predicted_1024, measured_1024) << layout;
+    EXPECT_NEAR(measured_1024 / measured_256, 4.0, 0.05) << layout;
+  }
+  // The same model with the scores stored (Megatron's unfused path, dropout off) would need
+  // more than 4× from 256 to 1024 tokens: the s² term.
+  const ModelSpec m = model_preset("llama-tiny");
+  auto stored = [&](int64_t seq) {
+    return layer_activation_bytes(
+        m, {.micro_batch = 1, .seq_len = seq, .tp = 1, .flash_attention = false});
+  };
+  EXPECT_GT(stored(1024) / stored(256), 4.5);
 }
 
 }  // namespace
