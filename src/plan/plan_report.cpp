@@ -25,6 +25,16 @@ std::string one_line(const Evaluation& e) {
 
 }  // namespace
 
+std::string format_software(const RuntimeFactors& r) {
+  return fmt::format(
+      "software profile {}: gradient reduction hidden behind up to {:.0f}% of the backward "
+      "({:.0f} MiB buckets), {:.0f} µs fixed per layer and micro-batch, GEMMs at {:.0f}% of "
+      "the device curve",
+      r.software.empty() ? std::string("(not named)") : "'" + r.software + "'",
+      r.dp_overlap * 100.0, r.dp_bucket_bytes / (1024.0 * 1024.0), r.layer_overhead_s * 1e6,
+      r.compute_efficiency * 100.0);
+}
+
 std::string format_memory(const MemoryBreakdown& m) {
   std::string out = fmt::format("  memory per rank (pipeline stage {}): {} of {} usable\n", m.stage,
                                 gib(m.total), gib(m.capacity));
@@ -100,6 +110,7 @@ std::string format_report(const PlanOutcome& o) {
       s.model.name, double(count_parameters(s.model).total) / 1e9, s.model.n_layers,
       s.model.d_model, s.cluster.name, s.devices, s.cluster.device.name, s.cluster.gpus_per_node,
       s.global_batch, s.seq_len, precision_name(s.precision));
+  out += format_software(s.cluster.runtime) + "\n";
   if (s.memory_headroom > 0) {
     out += fmt::format(
         "memory headroom {:.0f}%: a layout fits within {} of the {} usable per device\n",
@@ -245,7 +256,13 @@ nlohmann::json to_json(const PlanOutcome& o) {
       {"cluster",
        {{"name", s.cluster.name},
         {"devices", s.devices},
-        {"gpus_per_node", s.cluster.gpus_per_node}}},
+        {"gpus_per_node", s.cluster.gpus_per_node},
+        {"software",
+         {{"name", s.cluster.runtime.software},
+          {"dp_overlap", s.cluster.runtime.dp_overlap},
+          {"dp_bucket_bytes", s.cluster.runtime.dp_bucket_bytes},
+          {"layer_overhead_s", s.cluster.runtime.layer_overhead_s},
+          {"compute_efficiency", s.cluster.runtime.compute_efficiency}}}}},
       {"global_batch", s.global_batch},
       {"seq_len", s.seq_len},
       {"precision", precision_name(s.precision)},
@@ -320,8 +337,8 @@ std::string format_published(const PublishedValidation& v) {
   out += "(utilisation: MFU, or 'h' where the paper reports hardware FLOPs, recompute counted)\n";
   out += "sources:\n";
   for (const PublishedCheck& c : v.checks) {
-    out += fmt::format("  {:<30} {}; step time from {}\n", c.run.id, c.run.source,
-                       c.run.step_time_from);
+    out += fmt::format("  {:<30} {}; step time from {}; {}\n", c.run.id, c.run.source,
+                       c.run.step_time_from, format_software(c.run.setup.cluster.runtime));
   }
   return out;
 }
@@ -331,6 +348,7 @@ nlohmann::json to_json(const PublishedValidation& v) {
   for (const PublishedCheck& c : v.checks) {
     nlohmann::json row = {{"id", c.run.id},
                           {"source", c.run.source},
+                          {"software", c.run.setup.cluster.runtime.software},
                           {"step_time_from", c.run.step_time_from},
                           {"published_step_s", c.run.step_seconds},
                           {"published_mfu", c.run.published_mfu},

@@ -147,9 +147,10 @@ TEST(PlanCli, PricesATokenBudgetAndADeadlineChooseAndCostTheRun) {
 TEST(PlanCli, ValidatePublishedPrintsEveryCitedRunAndTheErrors) {
   const CliResult text = run_cli(plan({"--validate-published"}), kLimitS);
   ASSERT_EQ(text.exit_code, 0) << text.all();
-  for (const char* expected : {"narayanan-1008b", "korthikanti-175b-selective-sp",
-                               "llama3-405b-16k-gpus", "20 of 20 published layouts accepted",
-                               "Korthikanti et al. 2022, Tables 3 and 5", "layers=7,8×14,7"}) {
+  for (const char* expected :
+       {"narayanan-1008b", "korthikanti-175b-selective-sp", "llama3-405b-16k-gpus",
+        "20 of 20 published layouts accepted", "Korthikanti et al. 2022, Tables 3 and 5",
+        "layers=7,8×14,7", "software profile 'megatron-lm 2021-22"}) {
     EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
   }
   const CliResult json = run_cli(plan({"--validate-published", "--json"}), kLimitS);

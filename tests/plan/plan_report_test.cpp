@@ -38,7 +38,8 @@ TEST(PlanReport, TextShowsEveryComponentAndTheAlternatives) {
   for (const char* expected :
        {"recommended: ", "parameters", "gradients", "optimizer states", "activations",
         "logits and loss", "communication buffers", "fragmentation allowance", "tp collectives",
-        "pipeline bubble", "dp traffic", "MFU", "why not:", "rejected (memory)"}) {
+        "pipeline bubble", "dp traffic", "MFU", "why not:", "rejected (memory)",
+        "software profile (not named): gradient reduction hidden behind up to 80%"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   }
 }
