@@ -457,7 +457,12 @@ TEST(GlooFailure, DeadPeerFailsASendAtOnce) {
 // peer's next call fails.
 TEST(GlooFailure, DroppedSendClosesTheTransport) {
   std::latch dropped(1);
+  // Both transports connected before rank 0 closes its own: one side's create can return while
+  // the other's is still finishing its handshake, which a close would fail (a flake seen in a
+  // full run: "rank 1 of 2 could not connect … Connection closed by peer").
+  std::latch connected(2);
   run_gloo_transports(2, [&](std::shared_ptr<GlooTransport> transport) {
+    connected.arrive_and_wait();
     const MessageKey key{1, 2};
     std::vector<float> data(256, 1.0f);
     const Deadline deadline = CommClock::now() + 10s;
