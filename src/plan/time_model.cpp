@@ -168,23 +168,26 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
         collective_seconds(cluster, CollectiveOp::kSendRecv, time.pp_link, 2, send_bytes);
   }
 
-  // Lattice's tensor-parallel collectives outside the layers, per micro-batch: the embedding's
-  // reduction of its vocabulary-slice lookups (f32 N×h: an all-reduce, a reduce-scatter under SP)
-  // and, under SP, the gather of its gradient on the first stage; on the last, the final norm's
-  // gather (SP) and backward reduction and the vocabulary-parallel cross-entropy's all-reduces of
-  // the row max and of (Σexp, target logit) — small, so latency-bound.
+  // The first and the last stage's own tensor-parallel collectives, per micro-batch: the
+  // vocabulary-parallel embedding's reduction of its slice lookups (an all-reduce of N×h, a
+  // reduce-scatter under SP) and, under SP, the gather of its gradient on the first stage; on
+  // the last, the final norm output's gather for the column-parallel head (SP) and its
+  // gradient's reduction, and the vocabulary-parallel cross-entropy's all-reduces of the row max
+  // and of (Σexp, target logit) — small, so latency-bound. Megatron-LM's VocabParallelEmbedding
+  // and vocab_parallel_cross_entropy run the same ones on 2-byte activations; Lattice's
+  // embedding reduces in f32.
   double first_extra = 0, last_extra = 0;
   const bool lattice = setup.runtime == Runtime::kLattice;
-  if (lattice && layout.tp > 1) {
+  if (layout.tp > 1) {
     auto tp_price = [&](CollectiveOp op, double size) {
       return collective_seconds(cluster, op, time.tp_link, layout.tp, size);
     };
-    const double rows = 4.0 * b * s * h;  // f32 (N, h)
+    const double rows = (lattice ? 4.0 : bytes.activation) * b * s * h;  // the (N, h) reduced
     const double reduce = layout.sequence_parallel ? tp_price(CollectiveOp::kReduceScatter, rows)
                                                    : tp_price(CollectiveOp::kAllReduce, rows);
     const double gather = layout.sequence_parallel ? tp_price(CollectiveOp::kAllGather, rows) : 0;
     const double gather_operand =
-        layout.sequence_parallel ? tp_price(CollectiveOp::kAllGather, bytes.activation / 4.0 * rows)
+        layout.sequence_parallel ? tp_price(CollectiveOp::kAllGather, bytes.activation * b * s * h)
                                  : 0.0;
     first_extra = reduce + gather;
     last_extra = gather_operand + reduce + tp_price(CollectiveOp::kAllReduce, 4.0 * b * s) +
@@ -198,21 +201,27 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
       layer.forward + layer.backward + layer.recompute + layer.tp_communication;
   const double head = 3.0 * output_forward + last_extra;
   double slowest = 0, total = 0, most_layers = 0;
+  int64_t slowest_stage = 0;
   for (int64_t stage = 0; stage < p; ++stage) {
     const double held = double(stage_layers(setup, layout, stage));
     const double stage_time = held * per_layer + pp_per_micro_batch +
                               (stage == 0 ? first_extra : 0.0) + (stage == p - 1 ? head : 0.0);
-    if (stage_time > slowest) slowest = stage_time, most_layers = held;
+    if (stage_time > slowest) slowest = stage_time, most_layers = held, slowest_stage = stage;
     total += stage_time;
   }
+  const bool slowest_embeds = slowest_stage == 0, slowest_has_head = slowest_stage == p - 1;
   const double mean = total / double(p);
 
   const double micro = double(m);
-  // The breakdown follows the slowest stage's layers.
-  time.forward = micro * (most_layers * layer.forward + output_forward);
-  time.backward = micro * (most_layers * layer.backward + 2.0 * output_forward);
+  // The breakdown follows the slowest stage: its layers, and the embedding's or the head's work
+  // where it holds them, so that the parts add up to the step.
+  const double own_output = slowest_has_head ? output_forward : 0.0;
+  time.forward = micro * (most_layers * layer.forward + own_output);
+  time.backward = micro * (most_layers * layer.backward + 2.0 * own_output);
   time.recompute = micro * most_layers * layer.recompute;
-  time.tp_communication = micro * (most_layers * layer.tp_communication + first_extra + last_extra);
+  time.tp_communication =
+      micro * (most_layers * layer.tp_communication + (slowest_embeds ? first_extra : 0.0) +
+               (slowest_has_head ? last_extra : 0.0));
   time.pp_communication = micro * pp_per_micro_batch;
   time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
   time.bubble = time.bubble_ratio * micro * mean;

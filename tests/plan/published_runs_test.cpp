@@ -70,22 +70,22 @@ TEST(PublishedRuns, EachRowsErrorIsTheOneTheDocsPrint) {
   // cost model moves these: rerun `lattice plan --validate-published`, update the docs' table and
   // this list together.
   const std::map<std::string, double> documented = {
-      {"narayanan-1.7b", 0.0014},         {"narayanan-3.6b", -0.0052},
-      {"narayanan-7.5b", 0.0036},         {"narayanan-18.4b", -0.0593},
-      {"narayanan-39.1b", -0.1031},       {"narayanan-76.1b", -0.1241},
-      {"narayanan-145.6b", -0.1212},      {"narayanan-310.1b", -0.1190},
-      {"narayanan-529.6b", -0.0973},      {"narayanan-1008b", -0.1104},
-      {"korthikanti-22b-full", -0.0339},  {"korthikanti-22b-selective-sp", -0.0477},
-      {"korthikanti-175b-full", -0.0336}, {"korthikanti-175b-selective-sp", -0.0344},
-      {"korthikanti-530b-full", -0.0113}, {"korthikanti-530b-selective-sp", -0.0228},
-      {"korthikanti-1t-full", -0.0364},   {"korthikanti-1t-selective-sp", -0.0280},
-      {"llama3-405b-8k-gpus", 0.1864},    {"llama3-405b-16k-gpus", -0.0816},
+      {"narayanan-1.7b", 0.0014},         {"narayanan-3.6b", -0.0047},
+      {"narayanan-7.5b", 0.0046},         {"narayanan-18.4b", -0.0580},
+      {"narayanan-39.1b", -0.1021},       {"narayanan-76.1b", -0.1226},
+      {"narayanan-145.6b", -0.1195},      {"narayanan-310.1b", -0.1167},
+      {"narayanan-529.6b", -0.0929},      {"narayanan-1008b", -0.1053},
+      {"korthikanti-22b-full", -0.0326},  {"korthikanti-22b-selective-sp", -0.0461},
+      {"korthikanti-175b-full", -0.0314}, {"korthikanti-175b-selective-sp", -0.0316},
+      {"korthikanti-530b-full", -0.0064}, {"korthikanti-530b-selective-sp", -0.0164},
+      {"korthikanti-1t-full", -0.0309},   {"korthikanti-1t-selective-sp", -0.0207},
+      {"llama3-405b-8k-gpus", 0.1866},    {"llama3-405b-16k-gpus", -0.0783},
   };
   for (const PublishedCheck& c : validation().checks) {
     ASSERT_TRUE(documented.contains(c.run.id)) << c.run.id;
     EXPECT_NEAR(c.error(), documented.at(c.run.id), 0.0005) << c.run.id;
   }
-  EXPECT_NEAR(validation().mean_abs_error, 0.0630, 0.0005);
+  EXPECT_NEAR(validation().mean_abs_error, 0.0604, 0.0005);
   EXPECT_EQ(validation().worst, "llama3-405b-8k-gpus");
 }
 
@@ -120,8 +120,8 @@ TEST(PublishedRuns, GradientAllReduceAfterTheBackwardIsWhatThe2021RunsPaid) {
 TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
   // The search restricted to the features each run had (its recompute, SP, schedules, ZeRO
   // stages, micro-batch where published) but free in tp, pp and dp: the published (tp, pp, dp)
-  // is among the five best (a shape counted once however many v or micro-batches it has) for 17
-  // of the 20 rows. Three of Narayanan et al.'s rows are not (docs/planner.md says so): the
+  // is among the five best (a shape counted once however many v or micro-batches it has) for 18
+  // of the 20 rows. Two of Narayanan et al.'s rows are not (docs/planner.md says so): the
   // planner prefers other shapes there, as its optimism on those rows would suggest.
   std::vector<std::string> outside;
   for (PublishedRun run : published_runs()) {
@@ -138,8 +138,7 @@ TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
     if (std::find(shapes.begin(), shapes.end(), published) == shapes.end())
       outside.push_back(run.id);
   }
-  EXPECT_EQ(fmt::format("{}", fmt::join(outside, ", ")),
-            "narayanan-18.4b, narayanan-39.1b, narayanan-145.6b");
+  EXPECT_EQ(fmt::format("{}", fmt::join(outside, ", ")), "narayanan-18.4b, narayanan-39.1b");
 }
 
 }  // namespace

@@ -124,31 +124,28 @@ TEST(TimeModel, LatticeRuntimePricesWhatItRuns) {
 }
 
 TEST(TimeModel, MegatronsSequenceParallelGathersTheNormOutputsAgainInTheBackward) {
-  // Per layer: 4 × (all-gather + reduce-scatter) of b·s·h, and Megatron's 2 backward re-gathers.
-  TrainingSetup s = setup_for("gpt3-175b", "dgx-a100", 64, 64, 2048);
-  const Layout sp{.dp = 1, .tp = 8, .pp = 8, .micro_batch = 1, .sequence_parallel = true};
+  // A layer's share of the tp traffic, read as the difference two more layers make (the
+  // embedding's and the head's collectives do not depend on the layer count): under SP
+  // 4 × (all-gather + reduce-scatter) of b·s·h, plus Megatron's 2 backward re-gathers of the norm
+  // outputs; Lattice keeps the gathered input and has none (docs/tensor-parallel.md's list).
+  TrainingSetup s = setup_for("gpt3-175b", "dgx-a100", 8, 8, 2048);
+  const Layout sp{.dp = 1, .tp = 8, .micro_batch = 1, .sequence_parallel = true};
   const double bytes = 2.0 * 2048 * 12288;
   auto price = [&](CollectiveOp op) {
     return collective_seconds(s.cluster, op, Transport::kIntraNode, 8, bytes);
   };
-  const double per_layer =
-      4 * (price(CollectiveOp::kAllGather) + price(CollectiveOp::kReduceScatter)) +
-      2 * price(CollectiveOp::kAllGather);
-  const int64_t m = micro_batches(sp, s.global_batch);
-  EXPECT_NEAR(estimate_time(s, sp).tp_communication, double(m) * 12 * per_layer, 1e-9 * per_layer);
-  // Lattice keeps the gathered input: no re-gather (docs/tensor-parallel.md's collective list).
-  // Its per-layer share, read as the difference two more layers make (its embedding and head
-  // collectives do not depend on the layer count), is the 4 × (all-gather + reduce-scatter).
-  s.runtime = Runtime::kLattice;
-  const Layout flat{.dp = 1, .tp = 8, .micro_batch = 1, .sequence_parallel = true};
-  TrainingSetup wide = s;
-  wide.devices = 8, wide.global_batch = 8;
-  TrainingSetup deeper = wide;
-  wide.model.n_layers = 2, deeper.model.n_layers = 4;
-  const double two_layers =
-      estimate_time(deeper, flat).tp_communication - estimate_time(wide, flat).tp_communication;
-  EXPECT_NEAR(two_layers, 8 * 2 * (per_layer - 2 * price(CollectiveOp::kAllGather)),
-              1e-9 * per_layer);
+  const double shared = 4 * (price(CollectiveOp::kAllGather) + price(CollectiveOp::kReduceScatter));
+  auto per_layer = [&](Runtime runtime) {
+    TrainingSetup two = s, four = s;
+    two.runtime = four.runtime = runtime;
+    two.model.n_layers = 2, four.model.n_layers = 4;
+    const double m = double(micro_batches(sp, s.global_batch));
+    return (estimate_time(four, sp).tp_communication - estimate_time(two, sp).tp_communication) /
+           (2 * m);
+  };
+  EXPECT_NEAR(per_layer(Runtime::kMegatron), shared + 2 * price(CollectiveOp::kAllGather),
+              1e-9 * shared);
+  EXPECT_NEAR(per_layer(Runtime::kLattice), shared, 1e-9 * shared);
 }
 
 TEST(TimeModel, SelectiveRecomputeWithoutFusedAttentionRerunsTheScoreSweeps) {
