@@ -20,7 +20,8 @@ TrainingState trainer_state(const Trainer& trainer) {
 
 CheckpointLayout trainer_layout(const Trainer& trainer) {
   const int pp = trainer.pp_size();
-  return CheckpointLayout{.dp = trainer.dp_size(),
+  // Under context parallelism the ZeRO shards are laid out over dp × cp (the replicas).
+  return CheckpointLayout{.dp = trainer.replica_size(),
                           .tp = trainer.tp_size(),
                           .pp = pp,
                           .v = pp > 1 ? trainer.parallel().virtual_stages : 1,
@@ -59,18 +60,19 @@ Manifest trainer_manifest(Trainer& trainer) {
 }
 
 std::vector<OwnedShard> trainer_shards(Trainer& trainer, Arena& scratch) {
-  return training_shards(trainer.model(), trainer.optimizer(), trainer.dp_rank(), trainer.dp_size(),
-                         scratch);
+  return training_shards(trainer.model(), trainer.optimizer(), trainer.replica_rank(),
+                         trainer.replica_size(), scratch);
 }
 
 void expect_world_of(const Trainer& trainer, int world_size) {
-  const int ranks = trainer.dp_size() * trainer.tp_size() * trainer.pp_size();
+  const int ranks = trainer.replica_size() * trainer.tp_size() * trainer.pp_size();
   if (world_size != ranks) {
     LATTICE_THROW(ConfigError,
                   "saving a checkpoint: the world group has {} rank(s), the trainer's layout dp {} "
-                  "× tp {} × pp {} has {} ---> HINT: pass the group of every rank of the run "
-                  "(DeviceMesh::world())",
-                  world_size, trainer.dp_size(), trainer.tp_size(), trainer.pp_size(), ranks);
+                  "× cp {} × tp {} × pp {} has {} ---> HINT: pass the group of every rank of the "
+                  "run (DeviceMesh::world())",
+                  world_size, trainer.dp_size(), trainer.cp_size(), trainer.tp_size(),
+                  trainer.pp_size(), ranks);
   }
 }
 

@@ -11,6 +11,10 @@ void add_layout_flags(CLI::App& command, LayoutFlags& flags) {
   cmd->add_option("--tp", layout.tp,
                   "Tensor-parallel ranks: heads, d_ff and vocabulary split (parallel.tp)")
       ->check(positive_number());
+  cmd->add_option("--cp", layout.cp,
+                  "Context-parallel ranks: each sequence split over them, attention as a ring "
+                  "(parallel.cp)")
+      ->check(positive_number());
   cmd->add_flag("--sp", layout.sequence_parallel,
                 "Sequence parallelism: split the residual stream's token rows over the tp group "
                 "(parallel.sp; --sp=false turns it off)");
@@ -50,6 +54,7 @@ void apply_layout_flags(const CLI::App& cmd, const LayoutFlags& flags, ParallelC
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
   if (given("--dp")) layout.dp = given_values.dp;
   if (given("--tp")) layout.tp = given_values.tp;
+  if (given("--cp")) layout.cp = given_values.cp;
   if (given("--sp")) layout.sequence_parallel = given_values.sequence_parallel;
   if (given("--zero")) layout.zero = given_values.zero;
   if (given("--bucket-mb")) layout.bucket_mb = given_values.bucket_mb;

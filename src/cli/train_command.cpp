@@ -94,7 +94,7 @@ RunOptions with_forecast(const RunOptions& run, const TrainConfig& config,
 }
 
 MeshShape mesh_shape(const ParallelConfig& layout) {
-  return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
+  return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp};
 }
 
 // The config a `train` command line gives: the file, its --set overrides, the layout flags.
@@ -118,13 +118,14 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {
     if (!args.oversubscribe) {
       LATTICE_THROW(ConfigError,
-                    "{} in-process ranks (dp {} x tp {} x pp {}) with train.threads = {} need {} "
-                    "cores but {} are available ---> HINT: ranks x threads must not exceed the "
-                    "cores; lower --dp, --tp, --pp (parallel.dp, .tp, .pp) or train.threads, run "
-                    "under mpirun with --transport mpi, or pass --oversubscribe to try the "
-                    "layout anyway (one thread per rank; the results are exact, the timings are "
-                    "not)",
-                    world, layout.dp, layout.tp, layout.pp, config.threads,
+                    "{} in-process ranks (dp {} x tp {} x pp {}{}) with train.threads = {} need "
+                    "{} cores but {} are available ---> HINT: ranks x threads must not exceed the "
+                    "cores; lower --dp, --tp, --pp, --cp (parallel.dp, .tp, .pp, .cp) or "
+                    "train.threads, run under mpirun with --transport mpi, or pass "
+                    "--oversubscribe to try the layout anyway (one thread per rank; the results "
+                    "are exact, the timings are not)",
+                    world, layout.dp, layout.tp, layout.pp,
+                    layout.cp > 1 ? fmt::format(" x cp {}", layout.cp) : "", config.threads,
                     world * std::max(1, config.threads), cores);
     }
     spdlog::warn(

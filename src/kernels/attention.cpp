@@ -242,13 +242,32 @@ void load_tile_transposed(const HeadRows& src, int64_t t0, int64_t count, int64_
 
 // ---- argument checks ----
 
+// T queries against TK keys; query i sees key j when j ≤ i + shift (shift = the first query's
+// position minus the first key's; 0 and TK = T: causal self-attention).
 struct Dims {
   int64_t B, T, NH, NKV, HS;
+  int64_t TK = T, shift = 0;
   int64_t padded_hs() const { return (HS + kVecLanes - 1) / kVecLanes * kVecLanes; }
   int64_t tiles() const { return (T + kTile - 1) / kTile; }
+  int64_t key_tiles() const { return (TK + kTile - 1) / kTile; }
+  // Keys 0 .. visible_keys(q_end) − 1 are seen by some query before q_end.
+  int64_t visible_keys(int64_t q_end) const { return std::clamp<int64_t>(q_end + shift, 0, TK); }
+  // The first query tile that sees key k0.
+  int64_t first_query_tile(int64_t k0) const {
+    return std::max<int64_t>(0, k0 - shift) / kTile * kTile;
+  }
+  // Query-key pairs the mask lets through, for the profile's FLOP count.
+  double visible_pairs() const {
+    double pairs = 0;
+    for (int64_t i = 0; i < T; ++i) pairs += double(visible_keys(i + 1));
+    return pairs;
+  }
 };
 
-Dims check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+// shift < 0: self-attention, k as long as q; else a block of keys `shift` positions before the
+// queries, of any length (ring attention).
+Dims check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                  int64_t shift = -1) {
   expect_float_dtype(q, op, "q");
   expect_rank(q, 4, op, "q");
   expect_rank(k, 4, op, "k");
@@ -256,11 +275,14 @@ Dims check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
   expect_dtype(v, q.dtype(), op, "v");
   expect_same_shape(k, v, op, "k", "v");
   Dims dims{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  if (k.dim(0) != dims.B || k.dim(1) != dims.T || k.dim(3) != dims.HS) {
+  dims.TK = k.dim(1);
+  dims.shift = std::max<int64_t>(shift, 0);
+  if (k.dim(0) != dims.B || (shift < 0 && k.dim(1) != dims.T) || k.dim(3) != dims.HS) {
     LATTICE_THROW(ShapeError,
-                  "{}: 'k' has shape {} but 'q' has shape {}; expected (B, T, NKV, HS) with B, T "
+                  "{}: 'k' has shape {} but 'q' has shape {}; expected (B, {}, NKV, HS) with B{} "
                   "and HS equal to q's (B, T, NH, HS)",
-                  op, k.shape().to_string(), q.shape().to_string());
+                  op, k.shape().to_string(), q.shape().to_string(), shift < 0 ? "T" : "TK",
+                  shift < 0 ? ", T" : "");
   }
   if (dims.HS < 1) LATTICE_THROW(ShapeError, "{}: head size (q dim 3) is 0", op);
   if (dims.NKV < 1 || dims.NH % dims.NKV != 0) {
@@ -270,6 +292,12 @@ Dims check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
                   op, dims.NH, dims.NKV);
   }
   return dims;
+}
+
+// The output: q's shape, in q's dtype or f32 (a ring's partial results, merged in f32).
+void check_out(const char* op, const Tensor& out, const Tensor& q) {
+  expect_shape(out, q.shape(), op, "out");
+  if (out.dtype() != DType::kF32) expect_dtype(out, q.dtype(), op, "out");
 }
 
 void check_lse(const char* op, const Tensor& lse, const Dims& d) {
@@ -304,13 +332,13 @@ void check_grad(const char* op, const Tensor& grad, const Tensor& input, const c
 struct ForwardWorkspace {
   explicit ForwardWorkspace(const Dims& d)
       : q_t(d.HS * kTile),
-        k(d.tiles() * kTile * d.padded_hs()),
-        v(d.tiles() * kTile * d.padded_hs()),
+        k(d.key_tiles() * kTile * d.padded_hs()),
+        v(d.key_tiles() * kTile * d.padded_hs()),
         s_t(kTile * kTile),
         o(kTile * d.padded_hs()),
         staging(kTile * d.padded_hs()) {}
   std::vector<float> q_t;  // (HS × kTile) scale·Qᵀ
-  // Rows 0 .. kv_rows of k and v of kv head (kv_b, kv_head), (T rounded up × HSP) each: tasks
+  // Rows 0 .. kv_rows of k and v of kv head (kv_b, kv_head), (TK rounded up × HSP) each: tasks
   // run in (b, head) order, so a thread's next task usually reads the same kv head again.
   std::vector<float> k, v;
   int64_t kv_b = -1, kv_head = -1, kv_rows = 0;
@@ -392,28 +420,31 @@ void forward_query_tile(const ForwardArgs& args, ForwardWorkspace& ws, int64_t b
   const int64_t queries = std::min(kTile, d.T - q0);
   const float scale = 1.0f / std::sqrt(float(d.HS));
   HeadRows q(args.q, b, h), out(args.out, b, h);
-  convert_kv_rows(args, ws, b, kv_head, q0 + queries);
+  const int64_t keys_seen = d.visible_keys(q0 + queries);
+  convert_kv_rows(args, ws, b, kv_head, keys_seen);
 
   load_tile_transposed(q, q0, queries, d.HS, scale, ws.staging.data(), ws.q_t.data());
   std::fill(ws.o.begin(), ws.o.end(), 0.0f);
   std::fill(ws.row_max, ws.row_max + kTile, kMinusInf);
   std::fill(ws.row_sum, ws.row_sum + kTile, 0.0f);
-  // Every query row sees key 0, so after the first key tile each running max is finite.
-  for (int64_t k0 = 0; k0 < q0 + queries; k0 += kTile) {
-    const int64_t keys = std::min(kTile, d.T - k0);
+  // Every query row sees key 0 (shift ≥ 0), so after the first key tile each running max is
+  // finite.
+  const int64_t qs = q0 + d.shift;  // the query tile's first position in key coordinates
+  for (int64_t k0 = 0; k0 < keys_seen; k0 += kTile) {
+    const int64_t keys = std::min(kTile, d.TK - k0);
     const Tile k_tile{ws.k.data() + k0 * hsp, hsp};
     const Tile v_tile{ws.v.data() + k0 * hsp, hsp};
     // Sᵀ (keys × kTile queries) = K (keys × HS) · scale·Qᵀ (HS × kTile)
-    // Only scores of query q0 + r and key k0 + c with r − c ≥ k0 − q0 are visible; blocks of
+    // Only scores of query q0 + r and key k0 + c with r − c ≥ k0 − qs are visible; blocks of
     // hidden ones are skipped and then masked.
-    const Band visible_scores{.lo = k0 - q0};
+    const Band visible_scores{.lo = k0 - qs};
     tile_gemm(ws.s_t.data(), kTile, row_major(k_tile.data, k_tile.ld), ws.q_t.data(), kTile, keys,
               kTile, d.HS, false, visible_scores);
-    if (k0 + keys - 1 > q0) mask_future_keys(ws.s_t.data(), q0, k0, keys);
+    if (k0 + keys - 1 > qs) mask_future_keys(ws.s_t.data(), qs, k0, keys);
     online_softmax(ws, keys, hsp);
     // O (queries × HSP) += P (queries × keys) · V (keys × HSP), P read from Sᵀ.
     tile_gemm(ws.o.data(), hsp, transposed(ws.s_t.data(), kTile), v_tile.data, v_tile.ld, queries,
-              hsp, keys, true, {}, Band{.hi = q0 - k0});
+              hsp, keys, true, {}, Band{.hi = qs - k0});
   }
   float* lse = args.lse + (b * d.NH + h) * d.T + q0;
   for (int64_t r = 0; r < queries; ++r) {
@@ -434,14 +465,14 @@ struct BackwardWorkspace {
         p(kTile * kTile),
         ds(kTile * kTile),
         dq(d.tiles() * kTile * d.padded_hs()),
-        dk(d.tiles() * kTile * d.padded_hs()),
-        dv(d.tiles() * kTile * d.padded_hs()),
+        dk(d.key_tiles() * kTile * d.padded_hs()),
+        dv(d.key_tiles() * kTile * d.padded_hs()),
         delta(d.T),
         staging(kTile * d.padded_hs()) {}
   std::vector<float> k, k_t, v_t;  // key tile: (kTile × HSP), scale·Kᵀ and Vᵀ (HS × kTile)
   std::vector<float> q, dout;      // one query head, (T rounded up × HSP) each
   std::vector<float> p, ds;        // (kTile queries × kTile keys)
-  std::vector<float> dq, dk, dv;   // fp32 sums over one head, (T rounded up × HSP)
+  std::vector<float> dq, dk, dv;   // fp32 sums over one head, (T or TK rounded up × HSP)
   std::vector<float> delta;        // D = rowsum(dO ∘ O) of one query head, (T)
   std::vector<float> staging;      // (kTile × HS), for transposing; one row of out
 };
@@ -459,16 +490,16 @@ struct BackwardArgs {
   const float* lse;
 };
 
-// P = exp(S − lse) over one (queries × keys) tile, 0 for keys after the query or past T; then
+// P = exp(S − lse) over one (queries × keys) tile, 0 for keys after the query or past TK; then
 // dS = P ∘ (dP − D), with dP arriving in ds. Hidden entries are overwritten, never read:
 // tile_gemm left whatever was there in the blocks it skipped.
 void probabilities_and_score_grads(BackwardWorkspace& ws, const float* lse, const float* delta,
-                                   int64_t q0, int64_t k0, int64_t queries, int64_t keys) {
+                                   int64_t qs, int64_t k0, int64_t queries, int64_t keys) {
   for (int64_t r = 0; r < queries; ++r) {
     float* p = ws.p.data() + r * kTile;
     float* ds = ws.ds.data() + r * kTile;
-    // Keys k0 .. k0 + visible − 1 are at or before query q0 + r (and before T).
-    const int64_t visible = std::clamp<int64_t>(q0 + r - k0 + 1, 0, keys);
+    // Keys k0 .. k0 + visible − 1 are at or before query qs + r (in key coordinates).
+    const int64_t visible = std::clamp<int64_t>(qs + r - k0 + 1, 0, keys);
     for (int64_t c = 0; c < visible; ++c) {
       p[c] = kernel::exp_fast(p[c] - lse[r]);
       ds[c] = p[c] * (ds[c] - delta[r]);
@@ -514,14 +545,15 @@ void tile_probabilities(const BackwardArgs& args, BackwardWorkspace& ws, int64_t
                         int64_t q0, int64_t queries, int64_t k0, int64_t keys) {
   const Dims& d = args.dims;
   const int64_t hsp = d.padded_hs();
-  // Query q0 + r sees key k0 + c when c − r ≤ q0 − k0: skip blocks entirely outside.
-  const Band visible{.hi = q0 - k0};
+  // Query q0 + r sees key k0 + c when c − r ≤ q0 + shift − k0: skip blocks entirely outside.
+  const int64_t qs = q0 + d.shift;
+  const Band visible{.hi = qs - k0};
   // S (queries × kTile) = Q · scale·Kᵀ;  dP (queries × kTile) = dO · Vᵀ
   tile_gemm(ws.p.data(), kTile, row_major(ws.q.data() + q0 * hsp, hsp), ws.k_t.data(), kTile,
             queries, kTile, d.HS, false, visible);
   tile_gemm(ws.ds.data(), kTile, row_major(ws.dout.data() + q0 * hsp, hsp), ws.v_t.data(), kTile,
             queries, kTile, d.HS, false, visible);
-  probabilities_and_score_grads(ws, args.lse + (b * d.NH + h) * d.T + q0, ws.delta.data() + q0, q0,
+  probabilities_and_score_grads(ws, args.lse + (b * d.NH + h) * d.T + q0, ws.delta.data() + q0, qs,
                                 k0, queries, keys);
 }
 
@@ -529,7 +561,8 @@ void tile_probabilities(const BackwardArgs& args, BackwardWorkspace& ws, int64_t
 void accumulate_key_grads(const Dims& d, BackwardWorkspace& ws, int64_t q0, int64_t queries,
                           int64_t k0, int64_t keys) {
   const int64_t hsp = d.padded_hs();
-  const Band visible_transposed{.lo = k0 - q0};  // Pᵀ(c, r) is zero unless r − c ≥ k0 − q0
+  // Pᵀ(c, r) is zero unless r − c ≥ k0 − (q0 + shift)
+  const Band visible_transposed{.lo = k0 - q0 - d.shift};
   tile_gemm(ws.dv.data() + k0 * hsp, hsp, transposed(ws.p.data(), kTile), ws.dout.data() + q0 * hsp,
             hsp, keys, hsp, queries, true, {}, visible_transposed);
   tile_gemm(ws.dk.data() + k0 * hsp, hsp, transposed(ws.ds.data(), kTile), ws.q.data() + q0 * hsp,
@@ -541,7 +574,7 @@ void accumulate_query_grads(const Dims& d, BackwardWorkspace& ws, int64_t q0, in
                             int64_t k0, int64_t keys) {
   const int64_t hsp = d.padded_hs();
   tile_gemm(ws.dq.data() + q0 * hsp, hsp, row_major(ws.ds.data(), kTile), ws.k.data(), hsp, queries,
-            hsp, keys, true, {}, Band{.hi = q0 - k0});
+            hsp, keys, true, {}, Band{.hi = q0 + d.shift - k0});
 }
 
 // Rows first .. last of an fp32 sum (rows HSP apart) added, times scale, to a head's rows.
@@ -563,11 +596,11 @@ void backward_kv_head(const BackwardArgs& args, BackwardWorkspace& ws, int64_t b
   for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
     prepare_query_rows(args, ws, b, h, 0, d.T);
     std::fill(ws.dq.begin(), ws.dq.end(), 0.0f);
-    for (int64_t k0 = 0; k0 < d.T; k0 += kTile) {
-      const int64_t keys = std::min(kTile, d.T - k0);
+    for (int64_t k0 = 0; k0 < d.visible_keys(d.T); k0 += kTile) {
+      const int64_t keys = std::min(kTile, d.TK - k0);
       prepare_key_tile(args, ws, b, kv_head, k0, keys);
       // Query tiles from the diagonal on: earlier queries see none of these keys.
-      for (int64_t q0 = k0; q0 < d.T; q0 += kTile) {
+      for (int64_t q0 = d.first_query_tile(k0); q0 < d.T; q0 += kTile) {
         const int64_t queries = std::min(kTile, d.T - q0);
         tile_probabilities(args, ws, b, h, q0, queries, k0, keys);
         accumulate_key_grads(d, ws, q0, queries, k0, keys);
@@ -576,8 +609,8 @@ void backward_kv_head(const BackwardArgs& args, BackwardWorkspace& ws, int64_t b
     }
     add_rows(args.dq, b, h, ws.dq, 0, d.T, d.HS, scale);
   }
-  add_rows(args.dk, b, kv_head, ws.dk, 0, d.T, d.HS, scale);
-  add_rows(args.dv, b, kv_head, ws.dv, 0, d.T, d.HS, 1.0f);
+  add_rows(args.dk, b, kv_head, ws.dk, 0, d.TK, d.HS, scale);
+  add_rows(args.dv, b, kv_head, ws.dv, 0, d.TK, d.HS, 1.0f);
 }
 
 // The same sums split in two passes for more parallelism, at the price of computing P and dS
@@ -589,13 +622,14 @@ void backward_key_tile(const BackwardArgs& args, BackwardWorkspace& ws, int64_t 
                        int64_t k0) {
   const Dims& d = args.dims;
   const int64_t group = d.NH / d.NKV, hsp = d.padded_hs();
-  const int64_t keys = std::min(kTile, d.T - k0);
+  const int64_t keys = std::min(kTile, d.TK - k0);
   std::fill(ws.dk.begin() + k0 * hsp, ws.dk.begin() + (k0 + kTile) * hsp, 0.0f);
   std::fill(ws.dv.begin() + k0 * hsp, ws.dv.begin() + (k0 + kTile) * hsp, 0.0f);
   prepare_key_tile(args, ws, b, kv_head, k0, keys);
-  for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-    prepare_query_rows(args, ws, b, h, k0, d.T);
-    for (int64_t q0 = k0; q0 < d.T; q0 += kTile) {
+  const int64_t q_first = d.first_query_tile(k0);
+  for (int64_t h = kv_head * group; h < (kv_head + 1) * group && q_first < d.T; ++h) {
+    prepare_query_rows(args, ws, b, h, q_first, d.T);
+    for (int64_t q0 = q_first; q0 < d.T; q0 += kTile) {
       const int64_t queries = std::min(kTile, d.T - q0);
       tile_probabilities(args, ws, b, h, q0, queries, k0, keys);
       accumulate_key_grads(d, ws, q0, queries, k0, keys);
@@ -613,8 +647,8 @@ void backward_query_tile(const BackwardArgs& args, BackwardWorkspace& ws, int64_
   const int64_t queries = std::min(kTile, d.T - q0);
   std::fill(ws.dq.begin() + q0 * hsp, ws.dq.begin() + (q0 + kTile) * hsp, 0.0f);
   prepare_query_rows(args, ws, b, h, q0, q0 + queries);
-  for (int64_t k0 = 0; k0 <= q0; k0 += kTile) {
-    const int64_t keys = std::min(kTile, d.T - k0);
+  for (int64_t k0 = 0; k0 < d.visible_keys(q0 + queries); k0 += kTile) {
+    const int64_t keys = std::min(kTile, d.TK - k0);
     prepare_key_tile(args, ws, b, kv_head, k0, keys);
     tile_probabilities(args, ws, b, h, q0, queries, k0, keys);
     accumulate_query_grads(d, ws, q0, queries, k0, keys);
@@ -624,15 +658,16 @@ void backward_query_tile(const BackwardArgs& args, BackwardWorkspace& ws, int64_
 
 }  // namespace
 
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
-                       const Tensor& v) {
+namespace {
+
+void forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+             int64_t shift) {
   constexpr const char* kOp = "attention_forward";
-  const Dims d = check_inputs(kOp, q, k, v);
-  // Causal: QKᵀ and PV over the lower triangle, 2 FLOPs a multiply-add.
-  const double causal_flops = 2.0 * double(d.B * d.NH) * double(d.T) * double(d.T) * double(d.HS);
-  const KernelTimer timer("attention fwd", causal_flops, kernel::bytes_of({&out, &q, &k, &v}));
-  expect_shape(out, q.shape(), kOp, "out");
-  expect_dtype(out, q.dtype(), kOp, "out");
+  const Dims d = check_inputs(kOp, q, k, v, shift);
+  // QKᵀ and PV over the visible pairs, 2 FLOPs a multiply-add.
+  const double flops = 4.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
+  const KernelTimer timer("attention fwd", flops, kernel::bytes_of({&out, &q, &k, &v}));
+  check_out(kOp, out, q);
   check_lse(kOp, lse, d);
   if (q.numel() == 0) return;
 
@@ -651,16 +686,16 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   }
 }
 
-void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+              int64_t shift) {
   constexpr const char* kOp = "attention_backward";
-  const Dims d = check_inputs(kOp, q, k, v);
-  // Five products over the lower triangle: QKᵀ again, dP = dO·Vᵀ, dV, dQ and dK.
-  const double causal_flops = 5.0 * double(d.B * d.NH) * double(d.T) * double(d.T) * double(d.HS);
-  const KernelTimer timer("attention bwd", causal_flops,
+  const Dims d = check_inputs(kOp, q, k, v, shift);
+  // Five products over the visible pairs: QKᵀ again, dP = dO·Vᵀ, dV, dQ and dK.
+  const double flops = 10.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
+  const KernelTimer timer("attention bwd", flops,
                           kernel::bytes_of({&dq, &dk, &dv, &dout, &q, &k, &v, &out}));
-  expect_shape(out, q.shape(), kOp, "out");
-  expect_dtype(out, q.dtype(), kOp, "out");
+  check_out(kOp, out, q);
   expect_shape(dout, q.shape(), kOp, "dout");
   expect_float_dtype(dout, kOp, "dout");
   check_lse(kOp, lse, d);
@@ -688,18 +723,90 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     return;
   }
   // Few (b, kv head) pairs for the threads: tasks per key tile, then per query tile.
-  const int64_t tiles = d.tiles();
+  const int64_t tiles = d.tiles(), key_tiles = d.key_tiles();
   LATTICE_ATTENTION_PARALLEL(threads) {
     BackwardWorkspace ws(d);
     LATTICE_ATTENTION_PARALLEL_FOR()
-    for (int64_t task = 0; task < d.B * d.NKV * tiles; ++task) {
-      const int64_t bkv = task / tiles;  // first key tiles have the most queries: first
-      backward_key_tile(args, ws, bkv / d.NKV, bkv % d.NKV, (task % tiles) * kTile);
+    for (int64_t task = 0; task < d.B * d.NKV * key_tiles; ++task) {
+      const int64_t bkv = task / key_tiles;  // first key tiles have the most queries: first
+      backward_key_tile(args, ws, bkv / d.NKV, bkv % d.NKV, (task % key_tiles) * kTile);
     }
     LATTICE_ATTENTION_PARALLEL_FOR()
     for (int64_t task = 0; task < d.B * d.NH * tiles; ++task) {
       const int64_t bh = task / tiles;  // last query tiles have the most keys: first
       backward_query_tile(args, ws, bh / d.NH, bh % d.NH, (tiles - 1 - task % tiles) * kTile);
+    }
+  }
+}
+
+void check_shift(const char* op, int64_t shift) {
+  if (shift < 0) {
+    LATTICE_THROW(ValueError,
+                  "{}: the queries start {} positions before their keys; some queries would see "
+                  "no key ---> HINT: pass key blocks that start at or before the queries (shift "
+                  ">= 0) and skip blocks entirely in the future",
+                  op, -shift);
+  }
+}
+
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                       const Tensor& v) {
+  forward(out, lse, q, k, v, -1);
+}
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t shift) {
+  check_shift("attention_forward", shift);
+  forward(out, lse, q, k, v, shift);
+}
+
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+  backward(dq, dk, dv, dout, q, k, v, out, lse, -1);
+}
+
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        int64_t shift) {
+  check_shift("attention_backward", shift);
+  backward(dq, dk, dv, dout, q, k, v, out, lse, shift);
+}
+
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
+  constexpr const char* kOp = "attention_merge";
+  expect_rank(out, 4, kOp, "out");
+  expect_dtype(out, DType::kF32, kOp, "out");
+  expect_dtype(block_out, DType::kF32, kOp, "block_out");
+  expect_same_shape(out, block_out, kOp, "out", "block_out");
+  const int64_t B = out.dim(0), T = out.dim(1), NH = out.dim(2), HS = out.dim(3);
+  expect_shape(lse, {B, NH, T}, kOp, "lse");
+  expect_shape(block_lse, {B, NH, T}, kOp, "block_lse");
+  expect_dtype(lse, DType::kF32, kOp, "lse");
+  expect_dtype(block_lse, DType::kF32, kOp, "block_lse");
+  float* o = out.data<float>();
+  const float* bo = block_out.data<float>();
+  float* l = lse.data<float>();
+  const float* bl = block_lse.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        float& lse_row = l[(b * NH + h) * T + t];
+        const float block = bl[(b * NH + h) * T + t];
+        float* row = o + ((b * T + t) * NH + h) * HS;
+        const float* block_row = bo + ((b * T + t) * NH + h) * HS;
+        if (lse_row == kMinusInf) {  // nothing merged yet
+          std::copy(block_row, block_row + HS, row);
+          lse_row = block;
+          continue;
+        }
+        const float high = std::max(lse_row, block);
+        const float merged = high + std::log(std::exp(lse_row - high) + std::exp(block - high));
+        const float keep = std::exp(lse_row - merged), add = std::exp(block - merged);
+        for (int64_t i = 0; i < HS; ++i) row[i] = keep * row[i] + add * block_row[i];
+        lse_row = merged;
+      }
     }
   }
 }

@@ -17,4 +17,18 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse);
 
+// Ring attention's blocks (parallel/context_parallel.h): the queries against a block of keys
+// that starts `shift` >= 0 positions before the first query (key j is seen by query i when
+// j <= i + shift; shift >= TK: every key is seen). k, v: (B, TK, NKV, HS), any TK. out may be f32
+// (a partial result, merged with attention_merge); the backward takes the merged out and lse
+// of all blocks, so each block's call adds its share of dq, dk and dv.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t shift);
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        int64_t shift);
+// Merges the attention of the same queries over another, disjoint block of keys: out (f32) and
+// lse become those over both blocks (log-sum-exp weights). An lse of -inf: nothing merged yet.
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
+
 }  // namespace lattice

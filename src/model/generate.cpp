@@ -43,8 +43,11 @@ std::vector<int32_t> generate(Transformer& model, std::vector<int32_t> prompt,
   }
   // Under tensor parallelism every rank of the group runs this loop in step (same seed, same
   // tokens); sequence parallelism is switched off so that any context length works.
+  // Context parallelism too: every rank of a cp group runs the whole context.
   const bool sequence_parallel = model.tensor_parallel().sequence_parallel();
+  const bool context_parallel = model.context_parallel_on();
   model.set_sequence_parallel(false);
+  model.set_context_parallel(false);
   PhiloxStream stream(options.seed, hash_name("sample"));
   std::vector<int32_t> tokens = std::move(prompt);
   for (int64_t n = 0; n < options.tokens; ++n) {
@@ -56,6 +59,7 @@ std::vector<int32_t> generate(Transformer& model, std::vector<int32_t> prompt,
     tokens.push_back(sample_row(last.data(), V, options.temperature, stream.next_uniform()));
   }
   model.set_sequence_parallel(sequence_parallel);
+  model.set_context_parallel(context_parallel);
   return tokens;
 }
 

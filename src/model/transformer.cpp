@@ -190,11 +190,12 @@ struct Transformer::Scratch {
 };
 
 Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp,
-                         const ModelPart& part, ZeroSharding zero)
+                         const ModelPart& part, ZeroSharding zero, ContextParallel cp)
     : config_(std::move(config)),
       arena_(arena),
       compute_dtype_(compute_dtype),
       tp_(std::move(tp)),
+      cp_(cp),
       registry_(config_, tp_.layout(), part),
       store_(registry_, arena, compute_dtype, zero) {
   const ParameterRegistry& r = registry_;
@@ -469,23 +470,61 @@ void copy_unless_alias(Tensor& dst, const Tensor& src) {
 }  // namespace
 
 // The rows [first_row, first_row + R) of the micro-batch, in runs that stay inside one sequence.
+// Runs of rows whose global positions are consecutive: within one sequence and, under context
+// parallelism, within one of its chunks.
 void Transformer::add_positions(Tensor& rows, int64_t first_row, int64_t T) const {
   const int64_t R = rows.dim(0), C = rows.dim(1);
+  const ContextParallel whole;
+  const ContextParallel& cp = context_parallel_on() ? cp_ : whole;
   for (int64_t r = 0; r < R;) {
-    const int64_t position = (first_row + r) % T, count = std::min(R - r, T - position);
+    const int64_t t = (first_row + r) % T;
+    const int64_t count = std::min(R - r, cp.consecutive_positions(t, T));
     Tensor run = rows.slice_rows(r, r + count).view({1, count, C});
-    position_embedding_forward(run, store_.master(wpe_), position);
+    position_embedding_forward(run, store_.master(wpe_), cp.global_position(t, T));
     r += count;
   }
 }
 
 void Transformer::position_grads(const Tensor& drows, int64_t first_row, int64_t T) const {
   const int64_t R = drows.dim(0), C = drows.dim(1);
+  const ContextParallel whole;
+  const ContextParallel& cp = context_parallel_on() ? cp_ : whole;
   Tensor dwpe = store_.grad(wpe_);
   for (int64_t r = 0; r < R;) {
-    const int64_t position = (first_row + r) % T, count = std::min(R - r, T - position);
-    position_embedding_backward(dwpe, drows.slice_rows(r, r + count).view({1, count, C}), position);
+    const int64_t t = (first_row + r) % T;
+    const int64_t count = std::min(R - r, cp.consecutive_positions(t, T));
+    position_embedding_backward(dwpe, drows.slice_rows(r, r + count).view({1, count, C}),
+                                cp.global_position(t, T));
     r += count;
+  }
+}
+
+void Transformer::rotate(Tensor& out, const Tensor& in, bool backward) const {
+  const float theta = config_.rope_theta;
+  if (!context_parallel_on()) {
+    backward ? rope_backward(out, in, theta) : rope_forward(out, in, theta);
+    return;
+  }
+  // (B, T, H, HS) as (2B, T / 2, H, HS): entry 2b + j is chunk j of sequence b.
+  const int64_t B = in.dim(0), T = in.dim(1), H = in.dim(2), HS = in.dim(3), c = T / 2;
+  const Tensor in_chunks = in.view({2 * B, c, H, HS});
+  const Tensor out_chunks = out.view({2 * B, c, H, HS});
+  for (int64_t j = 0; j < 2; ++j) {
+    const int64_t offset = cp_.global_position(j * c, T);
+    for (int64_t b = 0; b < B; ++b) {
+      const Tensor x = in_chunks.slice_rows(2 * b + j, 2 * b + j + 1);
+      Tensor y = out_chunks.slice_rows(2 * b + j, 2 * b + j + 1);
+      backward ? rope_backward(y, x, theta, offset) : rope_forward(y, x, theta, offset);
+    }
+  }
+}
+
+void Transformer::attention(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                            const Tensor& v, int64_t l) {
+  if (context_parallel_on()) {
+    cp_.attention_forward(arena_, out, lse, q, k, v, fmt::format("layer {} attention", l));
+  } else {
+    attention_forward(out, lse, q, k, v);
   }
 }
 
@@ -523,6 +562,13 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
                   "a micro-batch over --tp {}, which does not divide them ---> HINT: choose a "
                   "micro-batch size or sequence length whose product divides by {}",
                   B, T, B * T, tp_.size(), tp_.size());
+  }
+  if (context_parallel_on() && T % 2 != 0) {
+    LATTICE_THROW(ShapeError,
+                  "Transformer::forward: under context parallelism a rank's {} positions are two "
+                  "equal chunks of each sequence ---> HINT: pass this rank's chunks "
+                  "(ContextParallel::take_local_positions) of a sequence that splits into 2·cp",
+                  T);
   }
   if (targets.defined()) {
     expect_dtype(targets, DType::kI32, "Transformer::forward", "targets");
@@ -608,10 +654,10 @@ void Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
     linear_forward(s, L.qkv[2], v, p.ln1_full);
   }
   if (c.position == PositionKind::kRope) {
-    rope_forward(p.q, p.q, c.rope_theta);
-    rope_forward(p.k, p.k, c.rope_theta);
+    rotate(p.q, p.q, false);
+    rotate(p.k, p.k, false);
   }
-  attention_forward(p.att, p.lse, p.q, p.k, p.v);
+  attention(p.att, p.lse, p.q, p.k, p.v, l);
   linear_forward(s, L.out, w.proj_full, p.att.view({N, Q}), false);
   if (sp) {
     tp_.reduce_scatter_rows(w.proj, w.proj_full, fmt::format("layer {} attn out (fwd)", l));
@@ -686,6 +732,13 @@ std::vector<float> Transformer::logits_row(int64_t row) {
 
 void Transformer::set_recompute(Recompute recompute) {
   recompute_ = recompute;
+  slots_.clear();
+  scratch_.reset();
+}
+
+void Transformer::set_context_parallel(bool on) {
+  if (on == cp_on_) return;
+  cp_on_ = on;
   slots_.clear();
   scratch_.reset();
 }
@@ -910,20 +963,25 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
     bias_backward(db, w.dy);
   }
   // Selective recompute: the attention core again from the kept q, k, v.
-  if (recompute_ == Recompute::kSelective) attention_forward(p.att, p.lse, p.q, p.k, p.v);
+  if (recompute_ == Recompute::kSelective) attention(p.att, p.lse, p.q, p.k, p.v, l);
   Tensor datt = w.datt.view({N, Q});
   backward_linear(L.out, datt, false, w.dy_full, p.att.view({N, Q}), false);
   if (keep) keep->dy_attn.copy_from(w.dy_full);
   w.dq.zero_();
   w.dk.zero_();
   w.dv.zero_();
-  attention_backward(w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse);
+  if (context_parallel_on()) {
+    cp_.attention_backward(arena_, w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse,
+                           fmt::format("layer {} attention", l));
+  } else {
+    attention_backward(w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse);
+  }
   Tensor dq = w.dq, dk = w.dk;
   if (c.position == PositionKind::kRope) {
     w.dq_in.zero_();
     w.dk_in.zero_();
-    rope_backward(w.dq_in, w.dq, c.rope_theta);
-    rope_backward(w.dk_in, w.dk, c.rope_theta);
+    rotate(w.dq_in, w.dq, true);
+    rotate(w.dk_in, w.dk, true);
     dq = w.dq_in;
     dk = w.dk_in;
   }

@@ -9,6 +9,10 @@
 // group (parallel/tensor_parallel.h). Under sequence parallelism the residual stream and the
 // norms hold only this rank's token rows.
 //
+// Context parallelism (parallel/context_parallel.h): with a cp group of n ranks a micro-batch's
+// tokens are this rank's two chunks of each sequence (T / n positions); attention is the ring
+// over the group, positions (RoPE, learned) are the chunks' global ones; nothing else changes.
+//
 // Pipeline parallelism: a rank may hold only some layers (a ModelPart of one or more chunks).
 // forward_chunk()/backward_chunk() run one chunk for one micro-batch; each micro-batch in
 // flight keeps its activations in its own slot, so a schedule can run several forwards before
@@ -28,6 +32,7 @@
 #include "model/config.h"
 #include "model/parameter_hooks.h"
 #include "model/parameters.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 
@@ -52,8 +57,9 @@ class Transformer {
   // allocated when the model does not split over it.
   // part: the layers this rank holds (default: all of them).
   // zero: what the parameter store holds under ZeRO (model/parameters.h ParameterStore).
+  // cp: this rank's context-parallel group (default: none, whole sequences).
   Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp = {},
-              const ModelPart& part = {}, ZeroSharding zero = {});
+              const ModelPart& part = {}, ZeroSharding zero = {}, ContextParallel cp = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -63,6 +69,11 @@ class Transformer {
   ParameterStore& parameters() { return store_; }
   DType compute_dtype() const { return compute_dtype_; }
   TensorParallel& tensor_parallel() { return tp_; }
+  ContextParallel& context_parallel() { return cp_; }
+  // Switches context parallelism (inference: every rank runs whole sequences). Activations are
+  // rebuilt on the next forward.
+  void set_context_parallel(bool on);
+  bool context_parallel_on() const { return cp_on_ && cp_.size() > 1; }
   // Frees the activations; the next forward allocates what `recompute` keeps.
   void set_recompute(Recompute recompute);
   Recompute recompute() const { return recompute_; }
@@ -137,11 +148,18 @@ class Transformer {
   // Learned positions added to (or their gradient taken from) this rank's token rows.
   void add_positions(Tensor& rows, int64_t first_row, int64_t T) const;
   void position_grads(const Tensor& drows, int64_t first_row, int64_t T) const;
+  // RoPE at the positions' global offsets (forward: out = rope(in); backward: din += rope⁻¹).
+  void rotate(Tensor& out, const Tensor& in, bool backward) const;
+  // Causal attention over the whole sequence: the kernel, or the ring under context parallelism.
+  void attention(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                 int64_t l);
 
   ModelConfig config_;
   Arena& arena_;
   DType compute_dtype_;
   TensorParallel tp_;
+  ContextParallel cp_;
+  bool cp_on_ = true;
   Recompute recompute_ = Recompute::kNone;
   ParameterRegistry registry_;
   ParameterStore store_;

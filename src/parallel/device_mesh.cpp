@@ -14,7 +14,8 @@ namespace lattice {
 namespace {
 
 void validate_axes(const MeshShape& shape) {
-  const std::pair<const char*, int> axes[] = {{"pp", shape.pp}, {"dp", shape.dp}, {"tp", shape.tp}};
+  const std::pair<const char*, int> axes[] = {
+      {"pp", shape.pp}, {"dp", shape.dp}, {"cp", shape.cp}, {"tp", shape.tp}};
   for (const auto& [axis, size] : axes) {
     if (size < 1) {
       LATTICE_THROW(ConfigError,
@@ -47,20 +48,49 @@ std::optional<Communicator> make_embedding_group(Communicator& pp, const MeshSha
   return group;
 }
 
+// "·cp1" in the names of a mesh with context parallelism; nothing without.
+std::string cp_suffix(const MeshShape& shape, const MeshCoordinates& at) {
+  return shape.cp > 1 ? fmt::format("·cp{}", at.cp) : std::string();
+}
+
+std::optional<Communicator> make_cp_group(Communicator& world, const MeshShape& shape,
+                                          const MeshCoordinates& at) {
+  if (shape.cp == 1) return std::nullopt;
+  return split_axis(world, (at.pp * shape.dp + at.dp) * shape.tp + at.tp, at.cp,
+                    fmt::format("cp[pp{}·dp{}·tp{}]", at.pp, at.dp, at.tp));
+}
+
+std::optional<Communicator> make_replica_group(Communicator& world, const MeshShape& shape,
+                                               const MeshCoordinates& at) {
+  if (shape.cp == 1) return std::nullopt;
+  return split_axis(world, at.pp * shape.tp + at.tp, at.dp * shape.cp + at.cp,
+                    fmt::format("dp·cp[pp{}·tp{}]", at.pp, at.tp));
+}
+
 }  // namespace
 
 std::string MeshShape::to_string() const {
-  return fmt::format("pp{}·dp{}·tp{}", pp, dp, tp);
+  return cp > 1 ? fmt::format("pp{}·dp{}·cp{}·tp{}", pp, dp, cp, tp)
+                : fmt::format("pp{}·dp{}·tp{}", pp, dp, tp);
 }
 
 std::string MeshCoordinates::to_string() const {
-  return fmt::format("pp{}·dp{}·tp{}", pp, dp, tp);
+  return cp > 0 ? fmt::format("pp{}·dp{}·cp{}·tp{}", pp, dp, cp, tp)
+                : fmt::format("pp{}·dp{}·tp{}", pp, dp, tp);
 }
 
 void validate_mesh(const MeshShape& shape, int world_size) {
   validate_axes(shape);
-  const int64_t product = int64_t(shape.pp) * shape.dp * shape.tp;
+  const int64_t product = int64_t(shape.pp) * shape.dp * shape.cp * shape.tp;
   if (product != world_size) {
+    if (shape.cp > 1) {
+      LATTICE_THROW(ConfigError,
+                    "mesh {} needs pp·dp·cp·tp = {}·{}·{}·{} = {} ranks, but the world has {} "
+                    "---> HINT: run {} ranks (e.g. `mpirun -np {}`), or choose --pp, --dp, --cp "
+                    "and --tp whose product is {}",
+                    shape.to_string(), shape.pp, shape.dp, shape.cp, shape.tp, product, world_size,
+                    product, product, world_size);
+    }
     LATTICE_THROW(ConfigError,
                   "mesh {} needs pp·dp·tp = {}·{}·{} = {} ranks, but the world has {} ---> HINT: "
                   "run {} ranks (e.g. `mpirun -np {}`), or choose --pp, --dp and --tp whose "
@@ -78,31 +108,43 @@ MeshCoordinates mesh_coordinates(const MeshShape& shape, int world_rank) {
   }
   MeshCoordinates at;
   at.tp = world_rank % shape.tp;
-  at.dp = world_rank / shape.tp % shape.dp;
-  at.pp = world_rank / (shape.tp * shape.dp);
+  at.cp = world_rank / shape.tp % shape.cp;
+  at.dp = world_rank / (shape.tp * shape.cp) % shape.dp;
+  at.pp = world_rank / (shape.tp * shape.cp * shape.dp);
   return at;
 }
 
 int mesh_rank(const MeshShape& shape, const MeshCoordinates& at) {
   validate_axes(shape);
-  if (at.pp < 0 || at.pp >= shape.pp || at.dp < 0 || at.dp >= shape.dp || at.tp < 0 ||
-      at.tp >= shape.tp) {
+  if (at.pp < 0 || at.pp >= shape.pp || at.dp < 0 || at.dp >= shape.dp || at.cp < 0 ||
+      at.cp >= shape.cp || at.tp < 0 || at.tp >= shape.tp) {
     LATTICE_THROW(ValueError, "coordinates {} are outside mesh {}", at.to_string(),
                   shape.to_string());
   }
-  return (at.pp * shape.dp + at.dp) * shape.tp + at.tp;
+  return ((at.pp * shape.dp + at.dp) * shape.cp + at.cp) * shape.tp + at.tp;
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, MeshShape shape)
     : world_(&world),
       shape_(validated(shape, world.size())),
       coordinates_(mesh_coordinates(shape_, world.rank())),
-      tp_(split_axis(world, coordinates_.pp * shape_.dp + coordinates_.dp, coordinates_.tp,
-                     fmt::format("tp[pp{}·dp{}]", coordinates_.pp, coordinates_.dp))),
-      dp_(split_axis(world, coordinates_.pp * shape_.tp + coordinates_.tp, coordinates_.dp,
-                     fmt::format("dp[pp{}·tp{}]", coordinates_.pp, coordinates_.tp))),
-      pp_(split_axis(world, coordinates_.dp * shape_.tp + coordinates_.tp, coordinates_.pp,
-                     fmt::format("pp[dp{}·tp{}]", coordinates_.dp, coordinates_.tp))),
-      embedding_(make_embedding_group(pp_, shape_, coordinates_)) {}
+      tp_(split_axis(world,
+                     (coordinates_.pp * shape_.dp + coordinates_.dp) * shape_.cp + coordinates_.cp,
+                     coordinates_.tp,
+                     fmt::format("tp[pp{}·dp{}{}]", coordinates_.pp, coordinates_.dp,
+                                 cp_suffix(shape_, coordinates_)))),
+      dp_(split_axis(world,
+                     (coordinates_.pp * shape_.cp + coordinates_.cp) * shape_.tp + coordinates_.tp,
+                     coordinates_.dp,
+                     fmt::format("dp[pp{}·tp{}{}]", coordinates_.pp, coordinates_.tp,
+                                 cp_suffix(shape_, coordinates_)))),
+      pp_(split_axis(world,
+                     (coordinates_.dp * shape_.cp + coordinates_.cp) * shape_.tp + coordinates_.tp,
+                     coordinates_.pp,
+                     fmt::format("pp[dp{}·tp{}{}]", coordinates_.dp, coordinates_.tp,
+                                 cp_suffix(shape_, coordinates_)))),
+      embedding_(make_embedding_group(pp_, shape_, coordinates_)),
+      cp_(make_cp_group(world, shape_, coordinates_)),
+      replicas_(make_replica_group(world, shape_, coordinates_)) {}
 
 }  // namespace lattice

@@ -1,8 +1,9 @@
-// The device mesh: the world's ranks laid out as pp × dp × tp, and one rank's groups along each
-// axis. Mesh order is tp fastest, then dp, then pp (DESIGN.md invariant 3), so a tensor-parallel
-// group is a run of consecutive world ranks (one node) and a pipeline group strides across them:
+// The device mesh: the world's ranks laid out as pp × dp × cp × tp, and one rank's groups along
+// each axis. Mesh order is tp fastest, then cp, then dp, then pp (DESIGN.md invariant 3, with
+// context parallelism between tp and dp as in Megatron-LM), so a tensor-parallel group is a run
+// of consecutive world ranks (one node) and a pipeline group strides across them:
 //
-//   rank = (pp · dp_size + dp) · tp_size + tp
+//   rank = ((pp · dp_size + dp) · cp_size + cp) · tp_size + tp
 //
 // e.g. pp2·dp2·tp2: tp groups {0,1} {2,3} {4,5} {6,7}; dp groups {0,2} {1,3} {4,6} {5,7};
 // pp groups {0,4} {1,5} {2,6} {3,7}. Every group is ranked by its own coordinate, so
@@ -20,9 +21,10 @@ struct MeshShape {
   int pp = 1;
   int dp = 1;
   int tp = 1;
+  int cp = 1;  // context parallelism (parallel/context_parallel.h)
 
-  int world_size() const { return pp * dp * tp; }
-  std::string to_string() const;  // "pp1·dp2·tp2"
+  int world_size() const { return pp * dp * cp * tp; }
+  std::string to_string() const;  // "pp1·dp2·tp2"; "pp1·dp1·cp2·tp2" with cp
   bool operator==(const MeshShape&) const = default;
 };
 
@@ -30,8 +32,9 @@ struct MeshCoordinates {
   int pp = 0;
   int dp = 0;
   int tp = 0;
+  int cp = 0;
 
-  std::string to_string() const;  // "pp0·dp1·tp0"
+  std::string to_string() const;  // "pp0·dp1·tp0"; with cp > 0 "pp0·dp1·cp1·tp0"
   bool operator==(const MeshCoordinates&) const = default;
 };
 
@@ -44,7 +47,8 @@ MeshCoordinates mesh_coordinates(const MeshShape& shape, int world_rank);
 int mesh_rank(const MeshShape& shape, const MeshCoordinates& coordinates);
 
 // One rank's view of the mesh. Constructing it is collective over `world`: every rank calls it
-// with the same shape, and it makes the tp, dp, pp and embedding groups in that order
+// with the same shape, and it makes the tp, dp, pp and embedding groups in that order (then,
+// with cp > 1, the cp and replica groups)
 // (Communicator::split is deterministic, so every rank derives the same groups). `world` must
 // outlive the mesh. Groups are named for what they are, e.g. "tp[pp0·dp1]" holds the tp ranks
 // at pp 0, dp 1; timeout errors quote these names.
@@ -59,6 +63,12 @@ class DeviceMesh {
   Communicator& tp() { return tp_; }
   Communicator& dp() { return dp_; }
   Communicator& pp() { return pp_; }
+  // The context-parallel group of this rank's (pp, dp, tp); nullptr when cp == 1.
+  Communicator* cp() { return cp_ ? &*cp_ : nullptr; }
+  // The ranks holding the same parameters as this one: its (pp, tp) over dp × cp, ranked
+  // dp · cp_size + cp. Gradients are summed and ZeRO shards laid out over it (context
+  // parallelism folded into data parallelism, as Megatron-LM does); the dp group when cp == 1.
+  Communicator& replicas() { return replicas_ ? *replicas_ : dp_; }
   // The first and last pipeline stage of this rank's (dp, tp), first stage at group rank 0:
   // tied embeddings reduce their gradients over it. nullptr on the middle stages; a group of one
   // when pp == 1.
@@ -75,6 +85,8 @@ class DeviceMesh {
   Communicator dp_;
   Communicator pp_;
   std::optional<Communicator> embedding_;
+  std::optional<Communicator> cp_;
+  std::optional<Communicator> replicas_;
 };
 
 }  // namespace lattice

@@ -59,9 +59,9 @@ void hash_held_state(Trainer& trainer, RankRun& run) {
 
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options) {
   const ParallelConfig& layout = options.layout;
-  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp};
-  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || options.threads < 1 || options.steps < 0 ||
-      options.warmup_steps < 0) {
+  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp};
+  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1 || options.threads < 1 ||
+      options.steps < 0 || options.warmup_steps < 0) {
     LATTICE_THROW(ConfigError,
                   "layout {} with {} thread(s), {} + {} steps ---> HINT: sizes and threads must "
                   "be at least 1, step counts at least 0",
@@ -114,8 +114,8 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
         hash_held_state(trainer, memory);
         memory.gradient_sync = trainer.gradient_sync_stats();
         memory.pipeline = trainer.pipeline_stats();
-        for (Communicator* group : {&mesh.dp(), &mesh.tp()}) {
-          if (group->size() == 1) continue;
+        for (Communicator* group : {&mesh.replicas(), &mesh.tp(), mesh.cp()}) {
+          if (group == nullptr || group->size() == 1) continue;
           for (int c = 0; c < kCollectiveCount; ++c) {
             const CollectiveTotals totals = group->stats().totals(Collective(c));
             if (totals.calls == 0) continue;

@@ -81,7 +81,7 @@ struct RankRun {
   std::optional<uint64_t> optimizer_hash;
   GradientSyncStats gradient_sync;    // of the last step (all zero without a dp group)
   PipelineStepStats pipeline;         // of the last step (all zero without a pp group)
-  std::vector<GroupTraffic> traffic;  // its dp and tp groups, every collective they ran
+  std::vector<GroupTraffic> traffic;  // its dp, tp and cp groups, every collective they ran
 };
 
 struct LayoutRunResult {

@@ -279,6 +279,7 @@ const std::map<std::string, Setter>& setters() {
       // parallel (the `lattice train` flags of the same names override these)
       {"parallel.dp", set(get_rank_count, &T::parallel, &P::dp)},
       {"parallel.tp", set(get_rank_count, &T::parallel, &P::tp)},
+      {"parallel.cp", set(get_rank_count, &T::parallel, &P::cp)},
       {"parallel.sp", set(get_bool, &T::parallel, &P::sequence_parallel)},
       {"parallel.zero", set(get_zero_stage, &T::parallel, &P::zero)},
       {"parallel.bucket_mb", set(get_bucket_mb, &T::parallel, &P::bucket_mb)},
@@ -373,6 +374,7 @@ std::string nearest_key(std::string_view key, const std::vector<std::string>& ke
       {"data_parallel_size", "parallel.dp"},
       {"tensor_model_parallel_size", "parallel.tp"},
       {"tensor_parallel_size", "parallel.tp"},
+      {"context_parallel_size", "parallel.cp"},
       {"sequence_parallel", "parallel.sp"},
       {"zero_stage", "parallel.zero"},
       {"pipeline_model_parallel_size", "parallel.pp"},
@@ -504,7 +506,7 @@ void TrainConfig::check_timeout_ladder() const {
 std::vector<int> TrainConfig::refittable_worlds() const {
   TrainConfig resolved = *this;
   resolved.resolve_batch(parallel.dp);
-  const int model_ranks = parallel.tp * parallel.pp;
+  const int model_ranks = parallel.tp * parallel.cp * parallel.pp;
   std::vector<int> fitting;
   for (int dp = 1; dp * model_ranks <= parallel.world_size(); ++dp) {
     if (resolved.global_batch % dp == 0) fitting.push_back(dp * model_ranks);
@@ -515,13 +517,14 @@ std::vector<int> TrainConfig::refittable_worlds() const {
 void TrainConfig::refit_to_world(int world) {
   const std::vector<int> fitting = refittable_worlds();
   resolve_batch(parallel.dp);
-  const int model_ranks = parallel.tp * parallel.pp;
+  const int model_ranks = parallel.tp * parallel.cp * parallel.pp;
   if (std::find(fitting.begin(), fitting.end(), world) == fitting.end()) {
     LATTICE_THROW(ConfigError,
-                  "no layout of {} ranks keeps the run: tp × pp = {} × {} must divide the world "
-                  "and the global batch of {} sequences must split over dp = world / (tp × pp) "
-                  "---> HINT: world sizes that keep it: {}",
-                  world, parallel.tp, parallel.pp, global_batch, fmt::join(fitting, ", "));
+                  "no layout of {} ranks keeps the run: tp × cp × pp = {} × {} × {} must divide "
+                  "the world and the global batch of {} sequences must split over dp = world / "
+                  "(tp × cp × pp) ---> HINT: world sizes that keep it: {}",
+                  world, parallel.tp, parallel.cp, parallel.pp, global_batch,
+                  fmt::join(fitting, ", "));
   }
   const int64_t dp = world / model_ranks;
   const int64_t rows = global_batch / dp;  // per rank and step

@@ -26,6 +26,7 @@ namespace lattice {
 struct ParallelConfig {
   int dp = 1;                      // data-parallel ranks
   int tp = 1;                      // tensor-parallel ranks (tp fastest in the mesh)
+  int cp = 1;                      // context-parallel ranks: each sequence split (after tp)
   bool sequence_parallel = false;  // key "sp": split the residual stream's rows over tp
   int zero = 0;                    // ZeRO stage 0-3 (what each shards: parallel/zero_shards.h)
   double bucket_mb = 1.0;          // gradient bucket size (dp > 1)
@@ -36,7 +37,7 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::kOneFOneB;  // gpipe | 1f1b | interleaved-1f1b | zb-h1
   int virtual_stages = 1;                  // model chunks per stage (interleaved-1f1b: ≥ 2)
   Recompute recompute = Recompute::kNone;  // none | selective | full
-  std::vector<int> layers_per_chunk;       // pipeline chunks' layer counts; empty: the cost model
+  std::vector<int> layers_per_chunk = {};  // pipeline chunks' layer counts; empty: the cost model
   // Deadline of every collective, seconds; 0: 30 s. Under `lattice launch` a backstop above
   // elastic.progress_timeout_s: the agent finds a failed rank before any deadline passes.
   double timeout_s = 0.0;
@@ -47,9 +48,9 @@ struct ParallelConfig {
   bool deterministic = false;
   // The alpha-beta models the tuner prices algorithms with (`lattice bench comm --calibrate
   // FILE`); empty: the analytic default.
-  std::string comm_profile;
+  std::string comm_profile = {};
 
-  int world_size() const { return dp * tp * pp; }
+  int world_size() const { return dp * cp * tp * pp; }
 };
 
 // The [elastic] section: liveness and snapshots of a run under `lattice launch`

@@ -54,7 +54,8 @@ TrainingData open_training_data(const TrainConfig& config) {
 }
 
 ParallelSetup parallel_setup(const ParallelConfig& layout, DeviceMesh& mesh) {
-  return {.dp = &mesh.dp(),
+  return {.dp = &mesh.replicas(),
+          .cp = mesh.cp(),
           .zero = layout.zero,
           .bucket_bytes = int64_t(layout.bucket_mb * double(1 << 20)),
           .check_replicas = layout.check_replicas,
@@ -74,9 +75,17 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel)
 Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, TrainingData data)
     : config_(std::move(config)), arena_(arena), parallel_(parallel) {
   LATTICE_CHECK(data.train != nullptr, "Trainer without training tokens");
+  if (parallel_.cp != nullptr) {
+    cp_size_ = parallel_.cp->size();
+    cp_rank_ = parallel_.cp->rank();
+  }
   if (parallel_.dp != nullptr) {
-    dp_size_ = parallel_.dp->size();
-    dp_rank_ = parallel_.dp->rank();
+    LATTICE_CHECK(
+        parallel_.dp->size() % cp_size_ == 0 && parallel_.dp->rank() % cp_size_ == cp_rank_,
+        "group '{}' (rank {} of {}) is not the replicas of cp rank {} of {}", parallel_.dp->name(),
+        parallel_.dp->rank(), parallel_.dp->size(), cp_rank_, cp_size_);
+    dp_size_ = parallel_.dp->size() / cp_size_;
+    dp_rank_ = parallel_.dp->rank() / cp_size_;
   }
   if (parallel_.tp != nullptr) {
     tp_size_ = parallel_.tp->size();
@@ -101,14 +110,18 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   }
   config_.resolve_batch(dp_size_);
   // Checked before anything is allocated: heads, kv heads and d_ff must split over tp; under
-  // sequence parallelism so must the token rows of a micro-batch.
+  // sequence parallelism so must the token rows of a micro-batch (this rank's positions under
+  // context parallelism).
   validate_tensor_parallel(config_.model, {tp_size_, tp_rank_, parallel_.sequence_parallel});
-  if (parallel_.sequence_parallel && (config_.micro_batch * config_.seq_len) % tp_size_ != 0) {
+  validate_context_parallel(cp_size_, config_.seq_len);
+  const int64_t local_seq_len = config_.seq_len / cp_size_;
+  if (parallel_.sequence_parallel && (config_.micro_batch * local_seq_len) % tp_size_ != 0) {
     LATTICE_THROW(ConfigError,
-                  "sequence parallelism splits the micro_batch·seq_len = {}·{} token rows over "
+                  "sequence parallelism splits the micro_batch·seq_len{} = {}·{} token rows over "
                   "--tp {}, which does not divide them ---> HINT: choose a micro-batch size or "
                   "sequence length whose product divides by {}",
-                  config_.micro_batch, config_.seq_len, tp_size_, tp_size_);
+                  cp_size_ > 1 ? fmt::format(" / cp {}", cp_size_) : "", config_.micro_batch,
+                  local_seq_len, tp_size_, tp_size_);
   }
   ModelPart part;  // whole model
   if (pp_size_ > 1) {
@@ -132,7 +145,7 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
     pipeline_slots_ = activation_slots(pipeline_schedule_.per_rank[size_t(pp_rank_)]);
   }
   // Ranks × threads never exceed the cores (DESIGN.md invariant 7).
-  const int ranks = dp_size_ * tp_size_ * pp_size_;
+  const int ranks = replica_size() * tp_size_ * pp_size_;
   const int threads = parallel_.threads > 0 ? parallel_.threads
                       : config_.threads > 0 ? config_.threads
                                             : std::max(1, available_cores() / ranks);
@@ -145,10 +158,10 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
         make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);
   }
 
-  const ZeroSharding zero{parallel_.zero, dp_size_, dp_rank_};
+  const ZeroSharding zero{parallel_.zero, replica_size(), replica_rank()};
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
                                          TensorParallel(parallel_.tp, parallel_.sequence_parallel),
-                                         part, zero);
+                                         part, zero, ContextParallel(parallel_.cp));
   model_->set_recompute(parallel_.recompute);
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
   const int64_t P = model_->registry().total_elements();
@@ -157,13 +170,14 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
       std::make_unique<AdamW>(model_->parameters(), arena_, config_.adam, owned.begin, owned.end);
   build_gradient_sync();
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.decay_steps};
-  micro_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
+  micro_ = make_token_batch(arena_, config_.micro_batch, local_seq_len);
+  if (cp_size_ > 1) whole_ = make_token_batch(arena_, config_.micro_batch, config_.seq_len);
   if (pp_size_ > 1) {
     runtime_ = std::make_unique<PipelineRuntime>(*parallel_.pp, arena_);
     evaluation_schedule_ = make_forward_schedule(pp_size_, 1, parallel_.virtual_stages);
     evaluation_batches_ = {micro_};
     for (int64_t mb = 0; mb < config_.micro_batches; ++mb) {
-      pipeline_batches_.push_back(make_token_batch(arena_, config_.micro_batch, config_.seq_len));
+      pipeline_batches_.push_back(make_token_batch(arena_, config_.micro_batch, local_seq_len));
     }
   }
 }
@@ -177,15 +191,28 @@ void Trainer::build_gradient_sync() {
 }
 
 void Trainer::rejoin_data_parallel(Communicator& dp) {
-  if (dp.size() != dp_size_ || dp.rank() != dp_rank_) {
+  if (dp.size() != replica_size() || dp.rank() != replica_rank()) {
     LATTICE_THROW(ConfigError,
                   "rejoining the data-parallel group '{}' as rank {} of {}: this trainer is rank "
                   "{} of {}, and its shards and batch rows are laid out for that ---> HINT: a "
                   "group of another size restores the trainer from a snapshot instead",
-                  dp.name(), dp.rank(), dp.size(), dp_rank_, dp_size_);
+                  dp.name(), dp.rank(), dp.size(), replica_rank(), replica_size());
   }
   parallel_.dp = &dp;
   build_gradient_sync();
+}
+
+void Trainer::read_rows(int64_t row, const TokenBatch& batch) {
+  const int64_t B = config_.micro_batch;
+  if (cp_size_ == 1) {
+    train_loader_->read_rows(first_sequence(), row, row + B, batch.inputs, batch.targets);
+    return;
+  }
+  train_loader_->read_rows(first_sequence(), row, row + B, whole_.inputs, whole_.targets);
+  const ContextParallel& cp = model_->context_parallel();
+  Tensor inputs = batch.inputs, targets = batch.targets;
+  cp.take_local_positions(inputs, whole_.inputs);
+  cp.take_local_positions(targets, whole_.targets);
 }
 
 void Trainer::set_step(int64_t step) {
@@ -224,8 +251,7 @@ double Trainer::run_micro_batches(double global_tokens, StepMetrics& parts) {
   double loss_sum = 0.0;
   sync_->begin_step();
   for (int64_t mb = 0; mb < M; ++mb) {
-    const int64_t row = (dp_rank_ * M + mb) * B;
-    train_loader_->read_rows(first_sequence(), row, row + B, micro_.inputs, micro_.targets);
+    read_rows((dp_rank_ * M + mb) * B, micro_);
     report_phase(Phase::kForward);
     TraceScope forward_scope("forward", TraceCategory::kCompute, {{"micro_batch", mb}});
     Stopwatch forward_watch;
@@ -260,9 +286,7 @@ double Trainer::run_pipeline(double global_tokens) {
   const int64_t B = config_.micro_batch;
   const int64_t M = config_.micro_batches;
   for (int64_t mb = 0; mb < M; ++mb) {
-    const int64_t row = (dp_rank_ * M + mb) * B;
-    const TokenBatch& batch = pipeline_batches_[size_t(mb)];
-    train_loader_->read_rows(first_sequence(), row, row + B, batch.inputs, batch.targets);
+    read_rows((dp_rank_ * M + mb) * B, pipeline_batches_[size_t(mb)]);
   }
   ModelPipelineStage stage(*model_, pipeline_batches_, pipeline_slots_, float(1.0 / global_tokens));
   sync_->begin_step();
@@ -312,7 +336,8 @@ StepMetrics Trainer::train_step() {
   const double exposed_before = sync_->stats().exposed_seconds;
   double loss_sum =
       pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens, m);
-  if (dp_size_ > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
+  // Over the replicas: dp ranks hold other rows, cp ranks other positions of the same rows.
+  if (replica_size() > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
   m.exposed_comm_ms = 1e3 * (sync_->stats().exposed_seconds - exposed_before);
@@ -366,13 +391,24 @@ double Trainer::evaluate() {
   const int64_t batches = std::max<int64_t>(1, config_.eval_batches) * dp_size_;
   for (int64_t k = 0; k < batches; ++k) {
     report_phase(Phase::kEvaluate);  // progress for the agent, batch by batch
-    val_loader_->read_batch(k, micro_.inputs, micro_.targets);
+    if (cp_size_ > 1) {
+      val_loader_->read_batch(k, whole_.inputs, whole_.targets);
+      model_->context_parallel().take_local_positions(micro_.inputs, whole_.inputs);
+      model_->context_parallel().take_local_positions(micro_.targets, whole_.targets);
+    } else {
+      val_loader_->read_batch(k, micro_.inputs, micro_.targets);
+    }
     ForwardResult r =
         pp_size_ > 1 ? pipeline_forward() : model_->forward(micro_.inputs, micro_.targets);
     loss_sum += r.loss_sum;
     tokens += r.token_count;
   }
   sync_->after_forward_only();
+  if (cp_size_ > 1) {  // each cp rank scored its positions of the same rows
+    const std::vector<double> sums = sum_over_ranks(*parallel_.cp, {loss_sum, double(tokens)});
+    loss_sum = sums[0];
+    tokens = int64_t(sums[1]);
+  }
   return loss_sum / double(std::max<int64_t>(1, tokens));
 }
 

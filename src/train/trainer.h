@@ -58,7 +58,12 @@ struct StepMetrics {
 // The parallel layout of one rank: its data-parallel group (docs/data-parallel.md) and its
 // tensor-parallel group (docs/tensor-parallel.md); nullptr or a group of one: not split that way.
 struct ParallelSetup {
+  // The group this rank's gradients are summed over and its ZeRO shards laid out over: the dp
+  // group, or under context parallelism the dp × cp group of replicas (DeviceMesh::replicas).
   Communicator* dp = nullptr;
+  // Context parallelism (parallel/context_parallel.h): the cp group each sequence is split over;
+  // its ranks are consecutive in `dp` (rank = dp coordinate · cp + cp coordinate).
+  Communicator* cp = nullptr;
   // ZeRO stage over dp (parallel/zero_shards.h): 0 replicated; 1 AdamW moments sharded; 2 also
   // the gradients; 3 also the parameters (pp = 1 only).
   int zero = 0;
@@ -108,8 +113,13 @@ class Trainer {
   bool has_validation() const { return val_loader_ != nullptr; }
 
   const TrainConfig& config() const { return config_; }
-  int dp_size() const { return dp_size_; }
+  int dp_size() const { return dp_size_; }  // the batch's split (dp coordinate, not cp)
   int dp_rank() const { return dp_rank_; }
+  int cp_size() const { return cp_size_; }
+  // The ranks holding this rank's parameters (dp × cp), and this one's place among them: what
+  // ZeRO shards and checkpoints are laid out over.
+  int replica_size() const { return dp_size_ * cp_size_; }
+  int replica_rank() const { return dp_rank_ * cp_size_ + cp_rank_; }
   int tp_size() const { return tp_size_; }
   int pp_size() const { return pp_size_; }
   // The pipeline schedule of a pp > 1 run, and what the last step measured on this stage.
@@ -153,6 +163,7 @@ class Trainer {
   std::unique_ptr<TokenLoader> val_loader_;
   ParallelSetup parallel_;
   int dp_size_ = 1, dp_rank_ = 0;
+  int cp_size_ = 1, cp_rank_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
   int pp_size_ = 1, pp_rank_ = 0;
   Schedule pipeline_schedule_;
@@ -166,7 +177,8 @@ class Trainer {
   std::function<void()> before_backward_;
   bool gradient_overlap_ = true;  // over parallel_.dp, for the store's ZeRO stage
   LrSchedule schedule_;
-  TokenBatch micro_;  // (micro_batch, T)
+  TokenBatch micro_;  // (micro_batch, T / cp): the positions this rank trains on
+  TokenBatch whole_;  // (micro_batch, T) under context parallelism: the rows as read
   int64_t step_ = 0;
   // Batch k starts at sequence k·global_batch + stream_offset_ (0 unless a resume moved it).
   int64_t stream_offset_ = 0;
@@ -175,6 +187,9 @@ class Trainer {
   // Forward and backward of the step's micro-batches; returns this rank's loss sum and adds
   // their compute times to `parts`.
   double run_micro_batches(double global_tokens, StepMetrics& parts);
+  // Rows [row, row + B) of the step's global batch into `batch`: this rank's chunks of them
+  // under context parallelism.
+  void read_rows(int64_t row, const TokenBatch& batch);
   double run_pipeline(double global_tokens);
   // The loss sum and token count of micro_ through the pipeline's forwards only (evaluation).
   ForwardResult pipeline_forward();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -297,6 +298,127 @@ TEST(Attention, ResultsDoNotDependOnTheThreadBudget) {
   }
 }
 
+// ---- key blocks (ring attention's pieces) ----
+
+// Positions t0 .. t0 + count of a (B, T, H, HS) tensor as a tensor of their own.
+Tensor positions(Arena& arena, const Tensor& t, int64_t t0, int64_t count) {
+  const int64_t B = t.dim(0), T = t.dim(1), row = t.dim(2) * t.dim(3);
+  Tensor out = Tensor::empty(arena, {B, count, t.dim(2), t.dim(3)}, t.dtype());
+  const size_t bytes = dtype_size(t.dtype());
+  for (int64_t b = 0; b < B; ++b) {
+    std::memcpy(static_cast<std::byte*>(out.raw_data()) + size_t(b * count * row) * bytes,
+                static_cast<const std::byte*>(t.raw_data()) + size_t((b * T + t0) * row) * bytes,
+                size_t(count * row) * bytes);
+  }
+  return out;
+}
+
+// Values of positions t0 .. of a (B, T, H, HS) array, as `positions` cuts them.
+std::vector<double> positions_of(const std::vector<double>& all, const Tensor& shape, int64_t t0,
+                                 int64_t count) {
+  const int64_t B = shape.dim(0), T = shape.dim(1), row = shape.dim(2) * shape.dim(3);
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b) {
+    out.insert(out.end(), all.begin() + (b * T + t0) * row,
+               all.begin() + (b * T + t0 + count) * row);
+  }
+  return out;
+}
+
+// A sequence cut into chunks, each chunk's queries against every chunk at or before it (the
+// diagonal causal, shift 0; earlier ones whole, shift ≥ their length), merged by log-sum-exp and
+// differentiated block by block with the merged out and lse: the whole causal attention.
+TEST(AttentionBlocks, ChunksAgainstEarlierChunksMergeIntoTheCausalAttention) {
+  const Dims d{2, 200, 4, 2, 24};
+  const std::vector<int64_t> starts = {0, 70, 140, 200};  // chunks across tile boundaries
+  Arena arena("attention_test");
+  Problem pr(arena, d, DType::kF32);
+  const Reference ref = pr.reference();
+  const int64_t HS = d.HS;
+  for (size_t i = 0; i + 1 < starts.size(); ++i) {
+    const int64_t q0 = starts[i], count = starts[i + 1] - q0;
+    SCOPED_TRACE(fmt::format("query chunk {}..{}", q0, q0 + count));
+    const Tensor q = positions(arena, pr.q, q0, count);
+    Tensor out = Tensor::zeros(arena, {d.B, count, d.NH, HS}, DType::kF32);
+    Tensor lse = Tensor::empty(arena, {d.B, d.NH, count}, DType::kF32);
+    std::fill(lse.data<float>(), lse.data<float>() + lse.numel(), -INFINITY);
+    Tensor block_out = Tensor::empty(arena, out.shape(), DType::kF32);
+    Tensor block_lse = Tensor::empty(arena, lse.shape(), DType::kF32);
+    for (size_t j = 0; j <= i; ++j) {
+      const int64_t k0 = starts[j], keys = starts[j + 1] - k0;
+      attention_forward(block_out, block_lse, q, positions(arena, pr.k, k0, keys),
+                        positions(arena, pr.v, k0, keys), q0 - k0);
+      attention_merge(out, lse, block_out, block_lse);
+    }
+    expect_close(out, positions_of(ref.out, pr.q, q0, count), 2e-6, "out");
+    std::vector<double> ref_lse;
+    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+      ref_lse.insert(ref_lse.end(), ref.lse.begin() + bh * d.T + q0,
+                     ref.lse.begin() + bh * d.T + q0 + count);
+    }
+    expect_close(lse, ref_lse, 2e-6, "lse");
+    // dq of the chunk sums its blocks; each block's dk, dv are that chunk's share.
+    const Tensor dout = positions(arena, pr.dout, q0, count);
+    Tensor dq = Tensor::zeros(arena, q.shape(), DType::kF32);
+    for (size_t j = 0; j <= i; ++j) {
+      const int64_t k0 = starts[j], keys = starts[j + 1] - k0;
+      Tensor dk = Tensor::zeros(arena, {d.B, keys, d.NKV, HS}, DType::kF32);
+      Tensor dv = Tensor::zeros(arena, dk.shape(), DType::kF32);
+      attention_backward(dq, dk, dv, dout, q, positions(arena, pr.k, k0, keys),
+                         positions(arena, pr.v, k0, keys), out, lse, q0 - k0);
+      float* gk = pr.dk.data<float>();
+      float* gv = pr.dv.data<float>();
+      const int64_t row = d.NKV * HS;
+      for (int64_t b = 0; b < d.B; ++b) {
+        for (int64_t e = 0; e < keys * row; ++e) {
+          gk[(b * d.T + k0) * row + e] += dk.data<float>()[b * keys * row + e];
+          gv[(b * d.T + k0) * row + e] += dv.data<float>()[b * keys * row + e];
+        }
+      }
+    }
+    expect_close(dq, positions_of(ref.dq, pr.q, q0, count), 1e-5, "dq");
+  }
+  expect_close(pr.dk, ref.dk, 1e-5, "dk summed over the query chunks");
+  expect_close(pr.dv, ref.dv, 1e-5, "dv summed over the query chunks");
+}
+
+// Queries 100 .. 199 against keys 0 .. 199 (shift 100, a mask that cuts the block): the rows of
+// the whole causal attention, and with dout zero before 100 its gradients.
+TEST(AttentionBlocks, AShiftedBlockSeesTheKeysUpToEachQuerysPosition) {
+  const Dims d{1, 200, 4, 1, 16};
+  Arena arena("attention_test");
+  Problem pr(arena, d, DType::kF32);
+  std::fill(pr.dout.data<float>(), pr.dout.data<float>() + 100 * d.NH * d.HS, 0.0f);
+  const Reference ref = pr.reference();
+  const int64_t first = 100, count = 100;
+  const Tensor q = positions(arena, pr.q, first, count);
+  Tensor out = Tensor::empty(arena, q.shape(), DType::kF32);
+  Tensor lse = Tensor::empty(arena, {d.B, d.NH, count}, DType::kF32);
+  attention_forward(out, lse, q, pr.k, pr.v, first);
+  expect_close(out, positions_of(ref.out, pr.q, first, count), 2e-6, "out");
+  Tensor dq = Tensor::zeros(arena, q.shape(), DType::kF32);
+  attention_backward(dq, pr.dk, pr.dv, positions(arena, pr.dout, first, count), q, pr.k, pr.v, out,
+                     lse, first);
+  expect_close(dq, positions_of(ref.dq, pr.q, first, count), 1e-5, "dq");
+  expect_close(pr.dk, ref.dk, 1e-5, "dk");
+  expect_close(pr.dv, ref.dv, 1e-5, "dv");
+  // Two threads for one (b, kv head) pair take the split passes: the same bits.
+  Tensor dq2 = Tensor::zeros(arena, q.shape(), DType::kF32);
+  Tensor dk2 = Tensor::zeros(arena, pr.k.shape(), DType::kF32);
+  Tensor dv2 = Tensor::zeros(arena, pr.v.shape(), DType::kF32);
+  Tensor dk1 = Tensor::zeros(arena, pr.k.shape(), DType::kF32);
+  Tensor dv1 = Tensor::zeros(arena, pr.v.shape(), DType::kF32);
+  Tensor dq1 = Tensor::zeros(arena, q.shape(), DType::kF32);
+  const Tensor dout = positions(arena, pr.dout, first, count);
+  attention_backward(dq1, dk1, dv1, dout, q, pr.k, pr.v, out, lse, first);
+  set_thread_budget(2);
+  attention_backward(dq2, dk2, dv2, dout, q, pr.k, pr.v, out, lse, first);
+  set_thread_budget(1);
+  EXPECT_EQ(values_of(dq1), values_of(dq2));
+  EXPECT_EQ(values_of(dk1), values_of(dk2));
+  EXPECT_EQ(values_of(dv1), values_of(dv2));
+}
+
 // ---- bf16 ----
 
 // bf16 inputs are the same values to both runs and arithmetic is fp32, so bf16 results differ
@@ -389,6 +511,13 @@ TEST(Attention, BadInputRaisesErrorsNamingTheArgument) {
       "'dout'");
   // Nothing was written by the refused calls.
   EXPECT_EQ(values_of(pr.dq), std::vector<double>(size_t(pr.dq.numel()), 0.0));
+}
+
+TEST(AttentionBlocks, KeysStartingAfterTheQueriesAreRefused) {
+  Arena arena("attention_test");
+  Problem pr(arena, {1, 8, 2, 1, 16}, DType::kF32);
+  expect_error<ValueError>([&] { attention_forward(pr.out, pr.lse, pr.q, pr.k, pr.v, -4); },
+                           "start 4 positions before their keys");
 }
 
 }  // namespace

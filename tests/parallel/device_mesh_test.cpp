@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -270,6 +271,53 @@ TEST(DeviceMesh, RefusesALayoutThatDoesNotFitTheWorldOnEveryRank) {
       },
       fail_fast());
   EXPECT_EQ(refused.load(), 4);
+}
+
+}  // namespace
+}  // namespace lattice
+
+namespace lattice {
+namespace {
+
+// Context parallelism sits between tp and dp: rank = ((pp·dp + dp)·cp + cp)·tp + tp. The cp
+// group strides by tp, the dp group by cp·tp, and the replicas (dp × cp) are every rank of the
+// same (pp, tp), ranked dp·cp + cp.
+TEST(DeviceMesh, ContextParallelSitsBetweenTensorAndDataParallel) {
+  const MeshShape s{.pp = 1, .dp = 2, .tp = 2, .cp = 2};
+  EXPECT_EQ(s.world_size(), 8);
+  EXPECT_EQ(s.to_string(), "pp1·dp2·cp2·tp2");
+  EXPECT_EQ(mesh_coordinates(s, 6), (MeshCoordinates{.pp = 0, .dp = 1, .tp = 0, .cp = 1}));
+  EXPECT_EQ(mesh_rank(s, {.pp = 0, .dp = 1, .tp = 1, .cp = 0}), 5);
+  std::vector<std::vector<int>> cp(8), dp(8), replicas(8), tp(8);
+  std::vector<std::string> names(8);
+  std::mutex mutex;
+  run_ranks(8, [&](Communicator& world) {
+    DeviceMesh mesh(world, s);
+    ASSERT_NE(mesh.cp(), nullptr);
+    std::lock_guard lock(mutex);
+    const size_t r = size_t(world.rank());
+    cp[r] = mesh.cp()->world_ranks();
+    dp[r] = mesh.dp().world_ranks();
+    replicas[r] = mesh.replicas().world_ranks();
+    tp[r] = mesh.tp().world_ranks();
+    names[r] = mesh.cp()->name() + " " + mesh.replicas().name() + " " + mesh.dp().name();
+  });
+  EXPECT_EQ(cp[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(cp[5], (std::vector<int>{5, 7}));
+  EXPECT_EQ(dp[0], (std::vector<int>{0, 4}));
+  EXPECT_EQ(dp[3], (std::vector<int>{3, 7}));
+  EXPECT_EQ(tp[6], (std::vector<int>{6, 7}));
+  EXPECT_EQ(replicas[0], (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(replicas[7], (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(names[6], "cp[pp0·dp1·tp0] dp·cp[pp0·tp0] dp[pp0·tp0·cp1]");
+}
+
+TEST(DeviceMesh, WithoutContextParallelismTheReplicasAreTheDpGroup) {
+  run_ranks(4, [&](Communicator& world) {
+    DeviceMesh mesh(world, {.pp = 1, .dp = 2, .tp = 2});
+    EXPECT_EQ(mesh.cp(), nullptr);
+    EXPECT_EQ(&mesh.replicas(), &mesh.dp());
+  });
 }
 
 }  // namespace

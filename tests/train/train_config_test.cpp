@@ -287,7 +287,7 @@ TEST(TrainConfig, RefitThatCannotKeepTheBatchNamesTheWorldSizesThatWould) {
     c.refit_to_world(3);
     ADD_FAILURE() << "a world of 3 was accepted for tp 2";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("tp × pp = 2 × 1 must divide the world"),
+    EXPECT_NE(std::string(e.what()).find("tp × cp × pp = 2 × 1 × 1 must divide the world"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("world sizes that keep it: 2, 4"), std::string::npos)

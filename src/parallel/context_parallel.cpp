@@ -1,0 +1,276 @@
+#include "parallel/context_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/timer.h"
+#include "kernels/attention.h"
+
+namespace lattice {
+
+namespace {
+
+constexpr MemoryCategory kWorkspace = MemoryCategory::kWorkspace;
+
+// dst positions [dst_t0, dst_t0 + count) (=, or += when accumulate) src positions [src_t0, ...)
+// of every sequence, both (B, T', H, HS) with their own T' and float dtypes.
+void copy_positions(const Tensor& dst, int64_t dst_t0, const Tensor& src, int64_t src_t0,
+                    int64_t count, bool accumulate = false) {
+  const int64_t B = dst.dim(0), row = dst.dim(2) * dst.dim(3);
+  const int64_t dst_T = dst.dim(1), src_T = src.dim(1);
+  const size_t dst_size = dtype_size(dst.dtype()), src_size = dtype_size(src.dtype());
+  auto* out = static_cast<std::byte*>(dst.raw_data());
+  const auto* in = static_cast<const std::byte*>(src.raw_data());
+  std::vector<float> staging;
+  for (int64_t b = 0; b < B; ++b) {
+    std::byte* d = out + size_t((b * dst_T + dst_t0) * row) * dst_size;
+    const std::byte* s = in + size_t((b * src_T + src_t0) * row) * src_size;
+    const int64_t n = count * row;
+    if (!accumulate) {
+      convert(s, src.dtype(), d, dst.dtype(), n);
+      continue;
+    }
+    staging.resize(size_t(2 * n));
+    convert(s, src.dtype(), staging.data(), DType::kF32, n);
+    convert(d, dst.dtype(), staging.data() + n, DType::kF32, n);
+    for (int64_t i = 0; i < n; ++i) staging[size_t(n + i)] += staging[size_t(i)];
+    convert(staging.data() + n, DType::kF32, d, dst.dtype(), n);
+  }
+}
+
+// The keys and values of both local chunks in one buffer, chunk-contiguous, so that a block
+// travels as one message and each chunk is a kernel operand as it arrives:
+// [k chunk 0 | k chunk 1 | v chunk 0 | v chunk 1], each (B, c, NKV, HS).
+struct KvBlock {
+  Tensor data;  // (4, B·c·NKV·HS)
+  Shape chunk;  // (B, c, NKV, HS)
+  Tensor part(int index) const { return data.slice_rows(index, index + 1).view(chunk); }
+  Tensor k(int chunk_index) const { return part(chunk_index); }
+  Tensor v(int chunk_index) const { return part(2 + chunk_index); }
+};
+
+// Blocks in flight are communication buffers in the arena's accounting; the ring's other
+// temporaries (chunk copies, partial results) are workspace: activations stay what the model keeps.
+KvBlock kv_block(Arena& arena, Shape chunk, DType dtype, bool zeroed) {
+  const int64_t elements = chunk.numel();
+  constexpr MemoryCategory kInFlight = MemoryCategory::kCommunication;
+  Tensor data = zeroed ? Tensor::zeros(arena, {4, elements}, dtype, kInFlight)
+                       : Tensor::empty(arena, {4, elements}, dtype, kInFlight);
+  return {std::move(data), std::move(chunk)};
+}
+
+Tensor chunk_of(Arena& arena, const Tensor& t, int64_t t0, int64_t c, DType dtype) {
+  Tensor out =
+      Tensor::empty(arena, {t.dim(0), c, t.dim(2), t.dim(3)}, dtype, MemoryCategory::kWorkspace);
+  copy_positions(out, 0, t, t0, c);
+  return out;
+}
+
+// Rows (b, h) of a (B, NH, T) lse: positions [t0, t0 + count) of `full` to or from `part`.
+void copy_lse(const Tensor& full, int64_t t0, const Tensor& part, bool into_part) {
+  const int64_t rows = full.dim(0) * full.dim(1), T = full.dim(2), c = part.dim(2);
+  float* f = full.data<float>();
+  float* p = part.data<float>();
+  for (int64_t row = 0; row < rows; ++row) {
+    float* a = f + row * T + t0;
+    float* b = p + row * c;
+    if (into_part) {
+      std::copy(a, a + c, b);
+    } else {
+      std::copy(b, b + c, a);
+    }
+  }
+}
+
+}  // namespace
+
+void validate_context_parallel(int cp, int64_t seq_len) {
+  if (cp < 1) {
+    LATTICE_THROW(ConfigError, "--cp {}: a context-parallel group has at least one rank", cp);
+  }
+  if (cp > 1 && seq_len % (2 * cp) != 0) {
+    LATTICE_THROW(ConfigError,
+                  "context parallelism cuts each sequence of seq_len {} into 2·cp = {} equal "
+                  "chunks (two per rank, for causal balance), which do not divide it ---> HINT: "
+                  "choose a sequence length that is a multiple of {}, or another --cp",
+                  seq_len, 2 * cp, 2 * cp);
+  }
+}
+
+ContextParallel::ContextParallel(Communicator* group) : group_(group) {}
+
+int64_t ContextParallel::global_position(int64_t t, int64_t local_T) const {
+  if (size() == 1) return t;
+  const int64_t c = local_T / 2;
+  const int64_t chunk = t < c ? rank() : 2 * size() - 1 - rank();
+  return chunk * c + t % c;
+}
+
+int64_t ContextParallel::consecutive_positions(int64_t t, int64_t local_T) const {
+  if (size() == 1) return local_T - t;
+  const int64_t c = local_T / 2;
+  return c - t % c;
+}
+
+void ContextParallel::take_local_positions(Tensor& local, const Tensor& full) const {
+  expect_dtype(local, DType::kI32, "ContextParallel::take_local_positions", "local");
+  expect_dtype(full, DType::kI32, "ContextParallel::take_local_positions", "full");
+  const int64_t B = full.dim(0), T = full.dim(1), local_T = T / size(), c = local_T / 2;
+  expect_shape(local, {B, local_T}, "ContextParallel::take_local_positions", "local");
+  const int32_t* in = full.data<int32_t>();
+  int32_t* out = local.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const int64_t first = global_position(j * c, local_T);
+      std::copy(in + b * T + first, in + b * T + first + c, out + b * local_T + j * c);
+    }
+  }
+}
+
+struct ContextParallel::Hop {
+  Communicator::SendHandle send;
+  bool active = false;
+};
+
+ContextParallel::Hop ContextParallel::start_hop(const Tensor& block, std::string_view what,
+                                                int hop) {
+  const int n = size(), r = rank();
+  Hop h;
+  h.active = true;
+  h.send = group_->send_async(block, (r + 1) % n);
+  ++stats_.hops;
+  stats_.bytes += int64_t(block.nbytes());
+  if (logging_) {
+    log_.push_back({.what = fmt::format("{} hop {}", what, hop),
+                    .send_to = (r + 1) % n,
+                    .recv_from = (r + n - 1) % n,
+                    .elements = block.numel(),
+                    .dtype = block.dtype()});
+  }
+  return h;
+}
+
+void ContextParallel::finish_hop(Hop& hop, Tensor& received) {
+  const int n = size(), r = rank();
+  Stopwatch wait;
+  group_->recv(received, (r + n - 1) % n);
+  hop.send.wait();
+  stats_.exposed_seconds += wait.seconds();
+}
+
+void ContextParallel::attention_forward(Arena& arena, Tensor& out, Tensor& lse, const Tensor& q,
+                                        const Tensor& k, const Tensor& v, std::string_view what) {
+  LATTICE_CHECK(group_ != nullptr && size() > 1, "ring attention without a context-parallel group");
+  Stopwatch watch;
+  const int n = size(), r = rank();
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  const int64_t c = T / 2;
+  const int64_t chunk_ids[2] = {r, 2 * n - 1 - r};
+  Tensor queries[2], merged[2], merged_lse[2];
+  for (int j = 0; j < 2; ++j) {
+    queries[j] = chunk_of(arena, q, j * c, c, q.dtype());
+    merged[j] = Tensor::empty(arena, {B, c, NH, HS}, DType::kF32, kWorkspace);
+    merged_lse[j] = Tensor::empty(arena, {B, NH, c}, DType::kF32, kWorkspace);
+    std::fill(merged_lse[j].data<float>(), merged_lse[j].data<float>() + merged_lse[j].numel(),
+              -std::numeric_limits<float>::infinity());
+  }
+  Tensor block_out = Tensor::empty(arena, {B, c, NH, HS}, DType::kF32, kWorkspace);
+  Tensor block_lse = Tensor::empty(arena, {B, NH, c}, DType::kF32, kWorkspace);
+  KvBlock held = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
+  KvBlock incoming = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
+  for (int j = 0; j < 2; ++j) {
+    copy_positions(held.k(j), 0, k, j * c, c);
+    copy_positions(held.v(j), 0, v, j * c, c);
+  }
+  const std::string hop_name = fmt::format("{} (fwd)", what);
+  for (int hop = 0; hop < n; ++hop) {
+    const int source = (r - hop + n) % n;
+    const int64_t source_ids[2] = {source, 2 * n - 1 - source};
+    const bool more = hop + 1 < n;
+    Hop transfer;
+    if (more) transfer = start_hop(held.data, hop_name, hop + 1);
+    for (int j = 0; j < 2; ++j) {
+      for (int i = 0; i < 2; ++i) {
+        if (source_ids[i] > chunk_ids[j]) continue;  // keys after every query of the chunk
+        lattice::attention_forward(block_out, block_lse, queries[j], held.k(i), held.v(i),
+                                   (chunk_ids[j] - source_ids[i]) * c);
+        attention_merge(merged[j], merged_lse[j], block_out, block_lse);
+      }
+    }
+    if (more) {
+      finish_hop(transfer, incoming.data);
+      std::swap(held, incoming);
+    }
+  }
+  for (int j = 0; j < 2; ++j) {
+    copy_positions(out, j * c, merged[j], 0, c);
+    copy_lse(lse, j * c, merged_lse[j], false);
+  }
+  stats_.seconds += watch.seconds();
+}
+
+void ContextParallel::attention_backward(Arena& arena, Tensor& dq, Tensor& dk, Tensor& dv,
+                                         const Tensor& dout, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         std::string_view what) {
+  LATTICE_CHECK(group_ != nullptr && size() > 1, "ring attention without a context-parallel group");
+  Stopwatch watch;
+  const int n = size(), r = rank();
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), NKV = k.dim(2), HS = q.dim(3);
+  const int64_t c = T / 2;
+  const int64_t chunk_ids[2] = {r, 2 * n - 1 - r};
+  Tensor queries[2], grads[2], outs[2], lses[2], dqs[2];
+  for (int j = 0; j < 2; ++j) {
+    queries[j] = chunk_of(arena, q, j * c, c, q.dtype());
+    grads[j] = chunk_of(arena, dout, j * c, c, dout.dtype());
+    outs[j] = chunk_of(arena, out, j * c, c, out.dtype());
+    lses[j] = Tensor::empty(arena, {B, NH, c}, DType::kF32, kWorkspace);
+    copy_lse(lse, j * c, lses[j], true);
+    dqs[j] = Tensor::zeros(arena, {B, c, NH, HS}, DType::kF32, kWorkspace);
+  }
+  KvBlock held = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
+  KvBlock incoming = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
+  // The key/value gradients of the block in hand, summed over the ranks it has visited.
+  KvBlock held_grad = kv_block(arena, {B, c, NKV, HS}, DType::kF32, true);
+  KvBlock incoming_grad = kv_block(arena, {B, c, NKV, HS}, DType::kF32, false);
+  for (int j = 0; j < 2; ++j) {
+    copy_positions(held.k(j), 0, k, j * c, c);
+    copy_positions(held.v(j), 0, v, j * c, c);
+  }
+  const std::string hop_name = fmt::format("{} (bwd)", what);
+  const std::string grad_hop_name = fmt::format("{} dk, dv (bwd)", what);
+  for (int hop = 0; hop < n; ++hop) {
+    const int source = (r - hop + n) % n;
+    const int64_t source_ids[2] = {source, 2 * n - 1 - source};
+    const bool more = hop + 1 < n;
+    Hop transfer;
+    if (more) transfer = start_hop(held.data, hop_name, hop + 1);
+    for (int j = 0; j < 2; ++j) {
+      for (int i = 0; i < 2; ++i) {
+        if (source_ids[i] > chunk_ids[j]) continue;
+        Tensor dk_block = held_grad.k(i), dv_block = held_grad.v(i);
+        lattice::attention_backward(dqs[j], dk_block, dv_block, grads[j], queries[j], held.k(i),
+                                    held.v(i), outs[j], lses[j],
+                                    (chunk_ids[j] - source_ids[i]) * c);
+      }
+    }
+    // The gradients go on with their block; after the last hop they reach its owner.
+    Hop grad_transfer = start_hop(held_grad.data, grad_hop_name, hop + 1);
+    if (more) finish_hop(transfer, incoming.data);
+    finish_hop(grad_transfer, incoming_grad.data);
+    if (more) std::swap(held, incoming);
+    std::swap(held_grad, incoming_grad);
+  }
+  for (int j = 0; j < 2; ++j) {
+    copy_positions(dq, j * c, dqs[j], 0, c, true);
+    copy_positions(dk, j * c, held_grad.k(j), 0, c, true);
+    copy_positions(dv, j * c, held_grad.v(j), 0, c, true);
+  }
+  stats_.seconds += watch.seconds();
+}
+
+}  // namespace lattice
