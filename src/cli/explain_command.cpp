@@ -37,6 +37,7 @@ struct ExplainArgs {
   int tp = 0;
   bool sp = false;
   int dp = 0;
+  int cp = 0;
   int zero = -1;
   int pp = 1;
   std::string schedule = "1f1b";
@@ -106,9 +107,14 @@ void print_parameters(const ParameterTable& table, int rank, int tp_rank, const 
       table.partial_grad_elements, bytes_text(table.optimizer_bytes), zero_note);
 }
 
-void print_activations(const ActivationTable& table, const RankWorkload& w, int rank) {
-  fmt::print("\nactivations of one micro-batch (B={}, T={}: {} token rows) on rank {}:\n",
-             w.micro_batch, w.tokens() / w.micro_batch, w.tokens(), rank);
+void print_activations(const ActivationTable& table, const RankWorkload& w, int rank, int cp) {
+  fmt::print("\nactivations of one micro-batch (B={}, T={}{}: {} token rows) on rank {}:\n",
+             w.micro_batch, w.tokens() / w.micro_batch,
+             cp > 1 ? fmt::format(" of each sequence's {}, context parallel: the shapes are this "
+                                  "rank's positions",
+                                  cp * w.tokens() / w.micro_batch)
+                    : "",
+             w.tokens(), rank);
   std::vector<std::vector<std::string>> rows;
   for (const ActivationRow& a : table.rows) {
     rows.push_back({a.name, shape_text(a.global_shape), shape_text(a.local_shape), a.split,
@@ -165,6 +171,52 @@ void print_collectives(const std::vector<CollectiveRecord>& records, const Expla
              bytes_text(micro_batch_bytes), bytes_text(step_bytes));
 }
 
+// Every layer's attention under context parallelism: the hops of its ring on this rank, the
+// block products at each, and what goes over the cp group (ring_schedule, the order the ring
+// runs them in).
+void print_ring(const ExplainArgs& args, const RankWorkload& w, const MeshCoordinates& at) {
+  if (args.cp == 1) return;
+  const int n = args.cp, r = at.cp;
+  const int64_t c = w.seq_len / 2;  // the rank's local positions are two chunks of c
+  const int64_t kv_heads = ParameterRegistry(w.model, w.tp, w.part).heads().kv_heads;
+  const int64_t block_elements = 4 * w.micro_batch * c * kv_heads * w.model.head_size();
+  const DType dtype = w.compute_dtype;
+  const int64_t block_bytes = block_elements * int64_t(dtype_size(dtype));
+  const int64_t grad_bytes = block_elements * int64_t(sizeof(float));
+  fmt::print(
+      "\ncontext-parallel ring of every layer's attention (group cp, {} ranks): rank {} holds "
+      "chunks {} and {} of {} (positions [{}, {}) and [{}, {})); each hop sends the key/value "
+      "block in hand to cp rank {} while its products run, and receives the next from cp rank "
+      "{}:\n",
+      n, args.rank, r, 2 * n - 1 - r, 2 * n, r * c, (r + 1) * c, (2 * n - 1 - r) * c,
+      (2 * n - r) * c, (r + 1) % n, (r + n - 1) % n);
+  std::vector<std::vector<std::string>> rows;
+  double work = 0;
+  for (const RingHop& hop : ring_schedule(n, r)) {
+    std::vector<std::string> products;
+    for (const RingPair& p : hop.pairs) {
+      products.push_back(
+          fmt::format("q{}×kv{} {}", p.query_id, p.key_id, p.causal ? "causal" : "whole"));
+      work += p.causal ? 0.5 : 1.0;
+    }
+    const bool sends = hop.hop + 1 < n;
+    rows.push_back({fmt::format("{}", hop.hop), fmt::format("cp rank {}", hop.source),
+                    fmt::format("{}", fmt::join(products, ", ")),
+                    sends ? bytes_text(block_bytes) : "-", bytes_text(grad_bytes)});
+  }
+  print_table({"hop", "block of", "products (forward and backward)", "fwd/bwd send", "dk,dv send"},
+              rows);
+  const int64_t per_layer = 2 * (n - 1) * block_bytes + n * grad_bytes;
+  fmt::print(
+      "  {:.1f} of the {} chunk products of a layer's causal attention (the same on every rank: "
+      "causal balance) | per "
+      "layer and micro-batch: {} forward + {} backward hops of {} ({}), {} hops of f32 "
+      "gradients ({}): {} sent | × {} layers: {}\n",
+      work, 2 * n * n, n - 1, n - 1, bytes_text(block_bytes), dtype_name(dtype), n,
+      bytes_text(grad_bytes), bytes_text(per_layer), w.model.n_layer,
+      bytes_text(per_layer * w.model.n_layer));
+}
+
 std::string part_text(const ModelPart& part) {
   std::string text;
   for (size_t c = 0; c < part.chunks.size(); ++c) {
@@ -205,10 +257,12 @@ void run_explain(ExplainArgs args) {
   // Flags override the config's [parallel] section.
   if (args.tp == 0) args.tp = config.parallel.tp;
   if (args.dp == 0) args.dp = config.parallel.dp;
+  if (args.cp == 0) args.cp = config.parallel.cp;
   if (args.zero < 0) args.zero = config.parallel.zero;
   args.sp = args.sp || config.parallel.sequence_parallel;
-  const MeshShape mesh{args.pp, args.dp, args.tp};
+  const MeshShape mesh{.pp = args.pp, .dp = args.dp, .tp = args.tp, .cp = args.cp};
   validate_mesh(mesh, mesh.world_size());
+  validate_context_parallel(args.cp, config.seq_len);
   if (args.rank < 0 || args.rank >= mesh.world_size()) {
     LATTICE_THROW(ConfigError,
                   "--rank {} is outside the {} ranks of {} ---> HINT: give a rank in [0, {})",
@@ -221,10 +275,11 @@ void run_explain(ExplainArgs args) {
   const int micro_batches = int(config.micro_batches);
   const bool pipeline = args.pp > 1 || args.virtual_stages > 1;
 
+  // Under context parallelism a rank holds seq_len / cp positions of each sequence.
   RankWorkload w{config.model,
                  {args.tp, at.tp, args.sp},
                  config.micro_batch,
-                 config.seq_len,
+                 config.seq_len / args.cp,
                  config.compute_dtype};
   w.recompute = parse_recompute(args.recompute);
   // Zero-bubble schedules split backward: the weight gradients' inputs wait in the slot.
@@ -269,8 +324,9 @@ void run_explain(ExplainArgs args) {
       args.dp, config.seq_len);
   if (pipeline) fmt::print("pipeline stage {} holds {}\n", at.pp, part_text(w.part));
   print_parameters(params, args.rank, at.tp, args, zero_note);
-  print_activations(acts, w, args.rank);
+  print_activations(acts, w, args.rank, args.cp);
   print_collectives(collectives, args);
+  print_ring(args, w, at);
   if (pipeline) print_schedule(args, w, stage_parts, micro_batches);
 }
 
@@ -288,6 +344,10 @@ void register_explain_command(CLI::App& app) {
   cmd->add_flag("--sp", args->sp,
                 "Sequence parallelism within the tensor-parallel group (default: parallel.sp)");
   cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
+      ->check(positive_number());
+  cmd->add_option("--cp", args->cp,
+                  "Context-parallel ranks: each sequence split, attention as a ring (default: "
+                  "parallel.cp)")
       ->check(positive_number());
   cmd->add_option("--zero", args->zero,
                   "ZeRO stage over dp: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 "

@@ -24,6 +24,7 @@
 #include "elastic/rank_session.h"
 #include "forecast/forecast.h"
 #include "model/parameters.h"
+#include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "run/training_run.h"
 #include "train/train_config.h"
@@ -113,6 +114,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   const MeshShape shape = mesh_shape(layout);
   // Everything that can be checked before a rank starts is checked here, once.
   validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});
+  validate_context_parallel(layout.cp, config.seq_len);
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {

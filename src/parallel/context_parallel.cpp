@@ -101,6 +101,27 @@ void validate_context_parallel(int cp, int64_t seq_len) {
   }
 }
 
+std::vector<RingHop> ring_schedule(int cp, int rank) {
+  std::vector<RingHop> hops;
+  const int query_ids[2] = {rank, 2 * cp - 1 - rank};
+  for (int hop = 0; hop < cp; ++hop) {
+    RingHop h{.hop = hop, .source = (rank - hop + cp) % cp, .pairs = {}};
+    const int key_ids[2] = {h.source, 2 * cp - 1 - h.source};
+    for (int j = 0; j < 2; ++j) {
+      for (int i = 0; i < 2; ++i) {
+        if (key_ids[i] > query_ids[j]) continue;  // keys after every query of the chunk
+        h.pairs.push_back({.query_chunk = j,
+                           .key_chunk = i,
+                           .query_id = query_ids[j],
+                           .key_id = key_ids[i],
+                           .causal = key_ids[i] == query_ids[j]});
+      }
+    }
+    hops.push_back(std::move(h));
+  }
+  return hops;
+}
+
 ContextParallel::ContextParallel(Communicator* group) : group_(group) {}
 
 int64_t ContextParallel::global_position(int64_t t, int64_t local_T) const {
@@ -166,10 +187,8 @@ void ContextParallel::attention_forward(Arena& arena, Tensor& out, Tensor& lse, 
                                         const Tensor& k, const Tensor& v, std::string_view what) {
   LATTICE_CHECK(group_ != nullptr && size() > 1, "ring attention without a context-parallel group");
   Stopwatch watch;
-  const int n = size(), r = rank();
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   const int64_t c = T / 2;
-  const int64_t chunk_ids[2] = {r, 2 * n - 1 - r};
   Tensor queries[2], merged[2], merged_lse[2];
   for (int j = 0; j < 2; ++j) {
     queries[j] = chunk_of(arena, q, j * c, c, q.dtype());
@@ -187,19 +206,15 @@ void ContextParallel::attention_forward(Arena& arena, Tensor& out, Tensor& lse, 
     copy_positions(held.v(j), 0, v, j * c, c);
   }
   const std::string hop_name = fmt::format("{} (fwd)", what);
-  for (int hop = 0; hop < n; ++hop) {
-    const int source = (r - hop + n) % n;
-    const int64_t source_ids[2] = {source, 2 * n - 1 - source};
-    const bool more = hop + 1 < n;
+  for (const RingHop& step : ring_schedule(size(), rank())) {
+    const bool more = step.hop + 1 < size();
     Hop transfer;
-    if (more) transfer = start_hop(held.data, hop_name, hop + 1);
-    for (int j = 0; j < 2; ++j) {
-      for (int i = 0; i < 2; ++i) {
-        if (source_ids[i] > chunk_ids[j]) continue;  // keys after every query of the chunk
-        lattice::attention_forward(block_out, block_lse, queries[j], held.k(i), held.v(i),
-                                   (chunk_ids[j] - source_ids[i]) * c);
-        attention_merge(merged[j], merged_lse[j], block_out, block_lse);
-      }
+    if (more) transfer = start_hop(held.data, hop_name, step.hop + 1);
+    for (const RingPair& pair : step.pairs) {
+      const int j = pair.query_chunk, i = pair.key_chunk;
+      lattice::attention_forward(block_out, block_lse, queries[j], held.k(i), held.v(i),
+                                 (pair.query_id - pair.key_id) * c);
+      attention_merge(merged[j], merged_lse[j], block_out, block_lse);
     }
     if (more) {
       finish_hop(transfer, incoming.data);
@@ -219,10 +234,8 @@ void ContextParallel::attention_backward(Arena& arena, Tensor& dq, Tensor& dk, T
                                          std::string_view what) {
   LATTICE_CHECK(group_ != nullptr && size() > 1, "ring attention without a context-parallel group");
   Stopwatch watch;
-  const int n = size(), r = rank();
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), NKV = k.dim(2), HS = q.dim(3);
   const int64_t c = T / 2;
-  const int64_t chunk_ids[2] = {r, 2 * n - 1 - r};
   Tensor queries[2], grads[2], outs[2], lses[2], dqs[2];
   for (int j = 0; j < 2; ++j) {
     queries[j] = chunk_of(arena, q, j * c, c, q.dtype());
@@ -243,23 +256,18 @@ void ContextParallel::attention_backward(Arena& arena, Tensor& dq, Tensor& dk, T
   }
   const std::string hop_name = fmt::format("{} (bwd)", what);
   const std::string grad_hop_name = fmt::format("{} dk, dv (bwd)", what);
-  for (int hop = 0; hop < n; ++hop) {
-    const int source = (r - hop + n) % n;
-    const int64_t source_ids[2] = {source, 2 * n - 1 - source};
-    const bool more = hop + 1 < n;
+  for (const RingHop& step : ring_schedule(size(), rank())) {
+    const bool more = step.hop + 1 < size();
     Hop transfer;
-    if (more) transfer = start_hop(held.data, hop_name, hop + 1);
-    for (int j = 0; j < 2; ++j) {
-      for (int i = 0; i < 2; ++i) {
-        if (source_ids[i] > chunk_ids[j]) continue;
-        Tensor dk_block = held_grad.k(i), dv_block = held_grad.v(i);
-        lattice::attention_backward(dqs[j], dk_block, dv_block, grads[j], queries[j], held.k(i),
-                                    held.v(i), outs[j], lses[j],
-                                    (chunk_ids[j] - source_ids[i]) * c);
-      }
+    if (more) transfer = start_hop(held.data, hop_name, step.hop + 1);
+    for (const RingPair& pair : step.pairs) {
+      const int j = pair.query_chunk, i = pair.key_chunk;
+      Tensor dk_block = held_grad.k(i), dv_block = held_grad.v(i);
+      lattice::attention_backward(dqs[j], dk_block, dv_block, grads[j], queries[j], held.k(i),
+                                  held.v(i), outs[j], lses[j], (pair.query_id - pair.key_id) * c);
     }
     // The gradients go on with their block; after the last hop they reach its owner.
-    Hop grad_transfer = start_hop(held_grad.data, grad_hop_name, hop + 1);
+    Hop grad_transfer = start_hop(held_grad.data, grad_hop_name, step.hop + 1);
     if (more) finish_hop(transfer, incoming.data);
     finish_hop(grad_transfer, incoming_grad.data);
     if (more) std::swap(held, incoming);

@@ -47,6 +47,24 @@ struct RingRecord {
 // ConfigError naming the numbers and the fix unless seq_len splits into 2·cp equal chunks.
 void validate_context_parallel(int cp, int64_t seq_len);
 
+// One block product of the ring: this rank's local query chunk (0 or 1) against the key/value
+// chunk (0 or 1) of the block in hand; the global chunk ids (of 2·cp) they are.
+struct RingPair {
+  int query_chunk = 0, key_chunk = 0;
+  int query_id = 0, key_id = 0;
+  bool causal = false;  // the diagonal (same chunk); otherwise every key is before every query
+};
+
+// What rank `rank` of `cp` does at each hop of a layer's ring: the block it holds (from `source`,
+// its own at hop 0) and the products with it; chunk pairs entirely in the future are skipped.
+// The forward and the backward walk the same hops; `lattice explain` prints them.
+struct RingHop {
+  int hop = 0;
+  int source = 0;
+  std::vector<RingPair> pairs;
+};
+std::vector<RingHop> ring_schedule(int cp, int rank);
+
 class ContextParallel {
  public:
   ContextParallel() = default;  // no group: one rank holds whole sequences

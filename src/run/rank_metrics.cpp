@@ -73,8 +73,9 @@ RankMetrics::RankMetrics(const std::filesystem::path& run_dir, DeviceMesh& mesh,
       at_(mesh.coordinates()),
       arena_(arena),
       profile_(std::move(profile)) {
-  for (const Communicator* group : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) {
-    if (group->size() > 1) groups_.push_back({group, group->stats()});
+  const Communicator* groups[] = {&mesh.replicas(), &mesh.tp(), &mesh.pp(), mesh.cp()};
+  for (const Communicator* group : groups) {
+    if (group != nullptr && group->size() > 1) groups_.push_back({group, group->stats()});
   }
 }
 
@@ -115,7 +116,7 @@ void RankMetrics::write(const StepMetrics& m, double peak_flops) {
   const MemoryStats memory = arena_.stats();
   nlohmann::json record = {{"step", m.step},
                            {"rank", rank_},
-                           {"at", {{"pp", at_.pp}, {"dp", at_.dp}, {"tp", at_.tp}}},
+                           {"at", {{"pp", at_.pp}, {"dp", at_.dp}, {"tp", at_.tp}, {"cp", at_.cp}}},
                            {"loss", m.loss},
                            {"lr", m.lr},
                            {"grad_norm", m.grad_norm},

@@ -312,15 +312,18 @@ void print_memory_peaks(DeviceMesh& mesh, const Arena& arena) {
   mine[std::size(kShown)] = double(stats.peak_bytes);
   peaks = sum_over_ranks(mesh.world(), peaks);
   if (mesh.world().rank() != 0) return;
+  const bool cp = mesh.shape().cp > 1;
   fmt::print(
-      "memory peak per rank (MiB): rank (pp, dp, tp) | parameters gradients optimizer "
-      "activations communication | total\n");
+      "memory peak per rank (MiB): rank (pp, dp, {}tp) | parameters gradients optimizer "
+      "activations communication | total\n",
+      cp ? "cp, " : "");
   for (int r = 0; r < world; ++r) {
     const MeshCoordinates at = mesh_coordinates(mesh.shape(), r);
     const double* row = peaks.data() + size_t(r) * kColumns;
-    fmt::print("  {:>3} ({}, {}, {}) | {:10.2f} {:9.2f} {:9.2f} {:11.2f} {:13.2f} | {:.2f}\n", r,
-               at.pp, at.dp, at.tp, row[0] / 1048576.0, row[1] / 1048576.0, row[2] / 1048576.0,
-               row[3] / 1048576.0, row[4] / 1048576.0, row[5] / 1048576.0);
+    fmt::print("  {:>3} ({}, {}, {}{}) | {:10.2f} {:9.2f} {:9.2f} {:11.2f} {:13.2f} | {:.2f}\n", r,
+               at.pp, at.dp, cp ? fmt::format("{}, ", at.cp) : "", at.tp, row[0] / 1048576.0,
+               row[1] / 1048576.0, row[2] / 1048576.0, row[3] / 1048576.0, row[4] / 1048576.0,
+               row[5] / 1048576.0);
   }
 }
 
@@ -360,7 +363,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   if (lead) {
     fmt::print(
         "lattice train: {} ({} parameters) | {} | global batch {} = {} x {} micro-batches x dp {} "
-        "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}{}{}, "
+        "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}{}{}{}, "
         "fp32 peak {:.1f} GFLOP/s\n",
         config.model.name, trainer.model().registry().global_elements(),
         config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
@@ -371,6 +374,10 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
                       : "",
         layout.tp > 1 ? fmt::format(", tensor parallel{}",
                                     layout.sequence_parallel ? " + sequence parallel" : "")
+                      : "",
+        layout.cp > 1 ? fmt::format(", context parallel: each sequence over {} ranks (ring "
+                                    "attention, {} positions a rank)",
+                                    layout.cp, config.seq_len / layout.cp)
                       : "",
         layout.pp > 1 ? fmt::format(", pipeline {} (v={})", schedule_kind_name(layout.schedule),
                                     layout.virtual_stages)
@@ -404,6 +411,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
                                       {"steps", config.steps},
                                       {"dp", layout.dp},
                                       {"tp", layout.tp},
+                                      {"cp", layout.cp},
                                       {"pp", layout.pp},
                                       {"schedule", schedule_kind_name(layout.schedule)},
                                       {"virtual_stages", layout.pp > 1 ? layout.virtual_stages : 1},

@@ -29,6 +29,29 @@ std::string line_with(const std::string& text, const std::string& name) {
   return text.substr(begin, text.find('\n', at) - begin);
 }
 
+// Context parallelism: the rank's two chunks, each hop of its ring with the block products it
+// runs (causal on the diagonal, whole before it, none after), and the same work on every rank.
+TEST(ExplainCli, ContextParallelShowsEachHopOfTheRingAndItsChunkProducts) {
+  const CliResult r = run_cli(explain(kTinyConfig, {"--cp", "4", "--rank", "1"}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("layout: pp1·dp1·cp4·tp1 = 4 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 holds chunks 1 and 6 of 8 (positions [8, 16) and [48, 56))"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(line_with(r.out, "| cp rank 1 |").find("q1×kv1 causal, q6×kv1 whole, q6×kv6 causal"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(line_with(r.out, "| cp rank 2 |").find("q6×kv2 whole, q6×kv5 whole"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("8.0 of the 32 chunk products"), std::string::npos) << r.out;
+  // The activations are this rank's 16 positions of each 64-position sequence.
+  EXPECT_NE(r.out.find("T=16 of each sequence's 64"), std::string::npos) << r.out;
+
+  const CliResult refused = run_cli(explain(kTinyConfig, {"--cp", "3"}), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("multiple of 6"), std::string::npos) << refused.err;
+}
+
 TEST(ExplainCli, TensorParallelShowsEachRanksHalfOfTheShardedWeights) {
   const CliResult r = run_cli(explain(kTinyConfig, {"--tp", "2", "--rank", "1"}), kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();

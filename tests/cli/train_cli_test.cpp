@@ -82,6 +82,30 @@ TEST_F(TrainCli, OversubscribeRunsALayoutLargerThanTheMachineToTheSingleRanksLos
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
 }
 
+// Context parallelism through the command: each sequence over two ranks (ring attention) trains
+// to the single rank's losses; a sequence length that does not cut into 2·cp chunks is refused
+// before any rank starts, naming the multiple that would.
+TEST_F(TrainCli, ContextParallelTrainsToTheSingleRanksLossesAndRefusesASequenceThatDoesNotSplit) {
+  const auto dir = std::filesystem::path(*data_);
+  const CliResult r = run_cli(train(dir / "cp.jsonl", {"--cp", "2"}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("mesh pp1·dp1·cp2·tp1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("context parallel: each sequence over 2 ranks (ring attention, 16 "
+                       "positions a rank)"),
+            std::string::npos)
+      << r.out;
+  const CliResult one = run_cli(train(dir / "cp_one.jsonl", {}), kLimitS);
+  ASSERT_EQ(one.exit_code, 0) << one.all();
+  const std::vector<double> a = losses(dir / "cp.jsonl"), b = losses(dir / "cp_one.jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
+
+  const CliResult refused = run_cli(train(dir / "cp3.jsonl", {"--cp", "3"}), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("multiple of 6"), std::string::npos) << refused.err;
+}
+
 // A resume that would not continue the saved run is refused through the command, naming the
 // key, both values and the two ways out; --resume-allow-change accepts it.
 TEST_F(TrainCli, ResumeRefusesAChangedGlobalBatchUnlessAllowed) {

@@ -5,6 +5,7 @@
 // a sequence that does not split is refused with the fix.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -154,6 +155,28 @@ TEST(ContextParallelPositions, EachRankHoldsAnEarlyAndALateChunk) {
   EXPECT_EQ(positions[0], (std::vector<int64_t>{0, 1, 14, 15}));
   EXPECT_EQ(positions[1], (std::vector<int64_t>{2, 3, 12, 13}));
   EXPECT_EQ(positions[3], (std::vector<int64_t>{6, 7, 8, 9}));
+}
+
+// Causal balance: every rank runs the same share of a layer's causal attention (a whole chunk
+// product 1, a diagonal one ½), n² / n · 2 = 2n units of the (2n)² / 2, and sees every block.
+TEST(ContextParallelPositions, EveryRankDoesTheSameShareOfTheCausalWork) {
+  for (int n : {2, 3, 4, 8}) {
+    for (int r = 0; r < n; ++r) {
+      double work = 0;
+      std::vector<int> sources;
+      for (const RingHop& hop : ring_schedule(n, r)) {
+        sources.push_back(hop.source);
+        for (const RingPair& p : hop.pairs) {
+          EXPECT_LE(p.key_id, p.query_id);
+          EXPECT_EQ(p.causal, p.key_id == p.query_id);
+          work += p.causal ? 0.5 : 1.0;
+        }
+      }
+      EXPECT_DOUBLE_EQ(work, 2.0 * n) << "cp " << n << " rank " << r;
+      std::sort(sources.begin(), sources.end());
+      for (int s = 0; s < n; ++s) EXPECT_EQ(sources[size_t(s)], s) << "cp " << n << " rank " << r;
+    }
+  }
 }
 
 TEST(ContextParallelPositions, ASequenceThatDoesNotSplitIsRefusedWithTheFix) {
