@@ -83,6 +83,29 @@ TEST(BenchCli, TensorParallelPrintsTheSpeedUpOfEachLayoutOverTpOne) {
   }
 }
 
+// Context parallelism: cp 1 (the baseline of the run) and cp 2 on the same tokens: the same
+// losses, ring traffic and its exposed share only at cp 2, and half the activation peak.
+TEST(BenchCli, ContextParallelPrintsTheExposedRingShareAndHalvesTheActivations) {
+  const CliResult r = run_cli(
+      bench({"cp", "--batch", "1", "--seq", "256", "--steps", "1", "--warmup", "0", "--cp", "1,2"}),
+      kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 2u) << r.out;
+  EXPECT_EQ(table[0][0], "1");
+  EXPECT_EQ(table[0][4], "1.00x") << r.out;
+  EXPECT_EQ(table[0][8], "0.00") << r.out;  // MB/step: no ring at cp 1
+  EXPECT_EQ(table[1][0], "2");
+  EXPECT_TRUE(table[1][7].ends_with("%")) << r.out;
+  EXPECT_GT(std::stod(table[1][8]), 0.0) << r.out;
+  EXPECT_NEAR(std::stod(table[1][9]) / std::stod(table[0][9]), 0.5, 0.02) << r.out;
+  EXPECT_EQ(table[1].back().substr(0, 6), table[0].back().substr(0, 6)) << r.out;  // loss
+
+  const CliResult refused = run_cli(bench({"cp", "--seq", "100", "--cp", "1,4"}), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("multiple of 8"), std::string::npos) << refused.err;
+}
+
 TEST(BenchCli, TensorParallelRefusesASequenceLongerThanTheModel) {
   const CliResult r =
       run_cli(bench({"tp", "--preset", "gpt2-tiny", "--seq", "256", "--tp", "1"}), kLimitS);
