@@ -295,13 +295,17 @@ void run_explain(ExplainArgs args) {
     w.part = stage_parts[size_t(at.pp)];
   }
   ParameterTable params = parameter_table(w);
-  std::string zero_note = args.dp > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
-  if (args.zero >= 1 && args.dp > 1) {
-    // What the stage shards, as the ParameterStore allocates it on this dp rank.
-    params = parameter_table(w, ZeroSharding{args.zero, args.dp, at.dp});
+  // ZeRO shards over the replicas: dp, or dp × cp under context parallelism (the trainer's
+  // replica rank dp · cp + cp).
+  const int replicas = args.dp * args.cp, replica = at.dp * args.cp + at.cp;
+  std::string zero_note = replicas > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
+  if (args.zero >= 1 && replicas > 1) {
+    // What the stage shards, as the ParameterStore allocates it on this replica.
+    params = parameter_table(w, ZeroSharding{args.zero, replicas, replica});
     const bool master = args.zero >= 3 || config.compute_dtype != DType::kF32;
     zero_note = fmt::format(
-        " (ZeRO {}: dp rank {}'s shard of {} for {})", args.zero, at.dp, args.dp,
+        " (ZeRO {}: {} rank {}'s shard of {} for {})", args.zero, args.cp > 1 ? "dp·cp" : "dp",
+        replica, replicas,
         args.zero >= 3   ? "the optimizer state, gradients and parameters"
         : args.zero == 2 ? (master ? "the optimizer state, f32 master and gradients"
                                    : "the optimizer state and gradients")

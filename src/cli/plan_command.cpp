@@ -39,7 +39,7 @@ struct PlanArgs {
   bool dropout = false;
   bool materialized_attention = false;
   // Constraints; 0 / empty: searched.
-  int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0;
+  int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0, cp = 0;
   int64_t max_pp = 0, max_micro_batch = 16;
   std::vector<int64_t> layers_per_chunk;  // a pipeline split: p·v layer counts
   std::vector<std::string> recompute;
@@ -189,6 +189,7 @@ void run_plan(const PlanArgs& args) {
   plan::SearchConstraints constraints;
   constraints.dp = fixed(args.dp);
   constraints.tp = fixed(args.tp);
+  constraints.cp = fixed(args.cp);
   constraints.pp = fixed(args.pp);
   constraints.virtual_stages = fixed(args.virtual_stages);
   constraints.micro_batch = fixed(args.micro_batch);
@@ -285,6 +286,9 @@ void register_plan_command(CLI::App& app) {
                 "Attention stores the s×s scores (Lattice's kernel is flash-style)");
   cmd->add_option("--dp", args->dp, "Fix data-parallel size");
   cmd->add_option("--tp", args->tp, "Fix tensor-parallel size");
+  cmd->add_option("--cp", args->cp,
+                  "Fix context-parallel size (each sequence over cp ranks; default: searched "
+                  "down to 4096 positions a rank)");
   cmd->add_option("--pp", args->pp, "Fix pipeline-parallel size");
   cmd->add_option("--virtual-stages", args->virtual_stages,
                   "Fix model chunks per pipeline rank (interleaved schedule)");

@@ -44,13 +44,15 @@ plan::Layout plan_layout(const TrainConfig& config) {
           .sequence_parallel = p.sequence_parallel,
           .schedule = p.schedule,
           .layers_per_chunk =
-              std::vector<int64_t>(p.layers_per_chunk.begin(), p.layers_per_chunk.end())};
+              std::vector<int64_t>(p.layers_per_chunk.begin(), p.layers_per_chunk.end()),
+          .cp = p.cp};
 }
 
 ParallelConfig runtime_layout(const plan::Layout& layout) {
   ParallelConfig p;
   p.dp = int(layout.dp);
   p.tp = int(layout.tp);
+  p.cp = int(layout.cp);
   p.sequence_parallel = layout.sequence_parallel;
   p.zero = layout.zero;
   p.pp = int(layout.pp);

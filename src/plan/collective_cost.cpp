@@ -69,11 +69,15 @@ double collective_seconds(const ClusterSpec& cluster, CollectiveOp op, Transport
 Transport tp_transport(const Layout& l, int64_t gpus_per_node) {
   return l.tp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
 }
+// Mesh order tp, cp, dp, pp: a group spans its own axis and every faster one.
+Transport cp_transport(const Layout& l, int64_t gpus_per_node) {
+  return l.tp * l.cp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
+}
 Transport dp_transport(const Layout& l, int64_t gpus_per_node) {
-  return l.tp * l.dp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
+  return l.tp * l.cp * l.dp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
 }
 Transport pp_transport(const Layout& l, int64_t gpus_per_node) {
-  return l.tp * l.dp * l.pp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
+  return l.tp * l.cp * l.dp * l.pp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
 }
 
 }  // namespace lattice::plan

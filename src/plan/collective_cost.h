@@ -25,6 +25,7 @@ double collective_seconds(const ClusterSpec& cluster, CollectiveOp op, Transport
 // (DESIGN.md invariant 3), so a tp group is tp consecutive ranks, a dp group spans tp·dp
 // consecutive ranks, and pipeline neighbours sit tp·dp ranks apart.
 Transport tp_transport(const Layout& layout, int64_t gpus_per_node);
+Transport cp_transport(const Layout& layout, int64_t gpus_per_node);
 Transport dp_transport(const Layout& layout, int64_t gpus_per_node);
 Transport pp_transport(const Layout& layout, int64_t gpus_per_node);
 

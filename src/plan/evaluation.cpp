@@ -65,18 +65,26 @@ std::string_view reject_reason_name(RejectReason reason) {
 
 std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& l) {
   const ModelSpec& model = setup.model;
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.virtual_stages < 1 || l.micro_batch < 1 || l.zero < 0 ||
-      l.zero > 3) {
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.cp < 1 || l.virtual_stages < 1 || l.micro_batch < 1 ||
+      l.zero < 0 || l.zero > 3) {
     return reject(RejectReason::kDivisibility,
                   fmt::format("{}: every size must be at least 1 and zero in 0..3", describe(l)));
   }
   if (l.devices() != setup.devices) {
     return reject(RejectReason::kDeviceCount,
-                  fmt::format("dp {} × tp {} × pp {} = {} ranks but there are {} devices ---> "
+                  fmt::format("dp {} × tp {} × pp {}{} = {} ranks but there are {} devices ---> "
                               "HINT: choose sizes whose product is {}",
-                              l.dp, l.tp, l.pp, l.devices(), setup.devices, setup.devices));
+                              l.dp, l.tp, l.pp, l.cp > 1 ? fmt::format(" × cp {}", l.cp) : "",
+                              l.devices(), setup.devices, setup.devices));
   }
   auto divides = [](int64_t d, int64_t n) { return n % d == 0; };
+  if (!divides(2 * l.cp, setup.seq_len)) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("context parallelism cuts the sequence of {} into 2·cp = {} equal "
+                              "chunks, which do not divide it ---> HINT: use a cp with {} a "
+                              "multiple of 2·cp",
+                              setup.seq_len, 2 * l.cp, setup.seq_len));
+  }
   if (!divides(l.tp, model.n_heads) || !divides(l.tp, model.n_kv_heads)) {
     return reject(RejectReason::kDivisibility,
                   fmt::format("tp {} does not divide the {} query heads and {} key/value heads "
@@ -87,11 +95,11 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
     return reject(RejectReason::kDivisibility,
                   fmt::format("tp {} does not divide d_ff {}", l.tp, model.d_ff));
   }
-  if (l.sequence_parallel && !divides(l.tp, setup.seq_len)) {
+  if (l.sequence_parallel && !divides(l.tp, setup.seq_len / l.cp)) {
     return reject(RejectReason::kDivisibility,
                   fmt::format("sequence parallelism splits the sequence of {} over tp {}, which "
                               "does not divide it",
-                              setup.seq_len, l.tp));
+                              setup.seq_len / l.cp, l.tp));
   }
   // Layers need not divide evenly over the p·v chunks: the runtime's balanced partition (or the
   // layout's layers_per_chunk) places them; every chunk needs at least one.

@@ -33,8 +33,12 @@ struct Layout {
   // Layers of each of the p·v pipeline chunks in model order (the runtime's layers_per_chunk);
   // empty: an even split when p·v divides the layers, else the runtime's balanced partition.
   std::vector<int64_t> layers_per_chunk = {};
+  // Context parallelism: each sequence over cp ranks (ring attention, docs/context-parallel.md);
+  // the gradients are reduced and ZeRO shards laid out over dp × cp.
+  int64_t cp = 1;
 
-  int64_t devices() const { return dp * tp * pp; }
+  int64_t devices() const { return dp * tp * pp * cp; }
+  int64_t replicas() const { return dp * cp; }  // the ranks holding the same parameters
   bool operator==(const Layout&) const = default;
 };
 

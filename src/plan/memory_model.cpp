@@ -69,9 +69,13 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   const RuntimeFactors& runtime = setup.cluster.runtime;
   const double t = double(layout.tp);
   const int64_t m = micro_batches(layout, setup.global_batch);
-  const double b = double(layout.micro_batch), s = double(setup.seq_len);
+  // s: the positions of a sequence this rank holds (all of them without context parallelism);
+  // every activation is per position.
+  const int64_t local_seq = setup.seq_len / layout.cp;
+  const double b = double(layout.micro_batch), s = double(local_seq);
   const double h = double(model.d_model);
   const double sp_divisor = layout.sequence_parallel ? t : 1.0;
+  const int64_t replicas = layout.replicas();
 
   MemoryBreakdown mem;
   mem.stage = stage;
@@ -83,7 +87,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   // Model states (ZeRO paper): 2 + 2 + 12 bytes per parameter in mixed precision.
   const double n = stage_parameter_count(model, layout, stage, held_layers);
   mem.parameter_count = n;
-  const ModelStateBytes states = model_state_bytes(n, layout.dp, layout.zero, bytes);
+  const ModelStateBytes states = model_state_bytes(n, replicas, layout.zero, bytes);
   mem.parameters = states.parameters;
   mem.gradients = states.gradients;
   mem.optimizer_states = states.optimizer_states;
@@ -101,7 +105,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
 
   // Activations: per layer × layers per chunk × chunks in flight on this stage.
   const ActivationOptions options{.micro_batch = layout.micro_batch,
-                                  .seq_len = setup.seq_len,
+                                  .seq_len = local_seq,
                                   .tp = layout.tp,
                                   .sequence_parallel = layout.sequence_parallel,
                                   .recompute = layout.recompute,
@@ -146,6 +150,8 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     mem.logits = slots * own.slot_head;
     mem.recompute_working = own.scratch;
     mem.embedding_activations = own.token_batch * double(1 + (layout.pp > 1 ? m : 0));
+    // Under context parallelism the trainer reads whole rows before taking its chunks.
+    if (layout.cp > 1) mem.embedding_activations += own.token_batch * double(layout.cp);
     // The pipeline runtime stages every send in its own f32 (R, C) buffer, kept per
     // (micro-batch, chunk): activations from every chunk but the model's last, gradients from
     // every chunk but its first.
@@ -159,8 +165,22 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   // Communication buffers (Lattice has none but the pipeline's send staging above: in-place
   // bucket reduction, tp collectives on activation buffers).
   const double sbh_bytes = bytes.activation * s * b * h;
+  if (layout.cp > 1) {
+    // The ring's two key/value blocks (the one in hand, the one arriving) and, in the backward,
+    // the two blocks of their gradients (f32 in Lattice, the activation dtype in Megatron-LM).
+    const double kv_block = 2.0 * b * s * double(model.kv_dim()) / t;
+    mem.communication_buffers +=
+        2.0 * kv_block * (bytes.activation + (lattice ? 4.0 : bytes.activation));
+    if (lattice) {
+      // Lattice's ring backward also copies its query chunks, their output gradients and outputs
+      // (compute dtype), sums dq in f32 and keeps the chunks' log-sum-exp: its workspace peak.
+      const double queries = b * s * double(model.n_heads) / t * double(model.head_dim());
+      mem.communication_buffers +=
+          queries * (3.0 * bytes.activation + 4.0) + 4.0 * b * s * double(model.n_heads) / t;
+    }
+  }
   if (!lattice) {
-    if (layout.dp > 1) mem.communication_buffers += 2.0 * runtime.dp_bucket_bytes;
+    if (replicas > 1) mem.communication_buffers += 2.0 * runtime.dp_bucket_bytes;
     if (layout.tp > 1) mem.communication_buffers += sbh_bytes;  // gathered / reduced block input
     if (layout.pp > 1) mem.communication_buffers += 2.0 * sbh_bytes / t;  // send + recv (÷t)
   }
@@ -168,7 +188,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     const ParameterCounts counts = count_parameters(model);
     mem.zero3_gathered = 2.0 * double(counts.per_layer) / t * bytes.parameter;
   }
-  if (lattice && layout.dp > 1 && (layout.zero == 1 || layout.zero == 2) &&
+  if (lattice && replicas > 1 && (layout.zero == 1 || layout.zero == 2) &&
       setup.precision == Precision::kBf16) {
     // Under bf16 compute Lattice's ZeRO-1/2 shard the f32 master too; every rank keeps the bf16
     // compute copy whole and an f32 copy of the parameters the forward reads in f32 (E: every
@@ -186,9 +206,9 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
                                                     : 0.0);
     }
     if (stage == layout.pp - 1) read_as_f32 += double(counts.final_norm);
-    mem.parameters = 4.0 * n / double(layout.dp) + 2.0 * n + 4.0 * read_as_f32;
+    mem.parameters = 4.0 * n / double(replicas) + 2.0 * n + 4.0 * read_as_f32;
   }
-  if (lattice && layout.dp > 1 && layout.zero >= 2) {
+  if (lattice && replicas > 1 && layout.zero >= 2) {
     // Lattice's ZeRO-2/3 (docs/data-parallel.md; data_parallel/sharded_gradients.h,
     // gathered_parameters.h). Gradients: the f32 shard, plus the buckets lent to the backward
     // until their reduction to the owners completes — predicted as all of them (4 bytes per
@@ -198,7 +218,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     // gathered at once — the ends (embeddings, final norm, head) and the two largest layers (the
     // current one and the prefetch) — in f32 and, under bf16, a compute copy. The arena books the
     // gathered units as parameters.
-    const double dp = double(layout.dp);
+    const double dp = double(replicas);
     mem.gradients = 4.0 * n / dp + 4.0 * n;
     if (layout.zero >= 3) {
       const double ends = stage_parameter_count(model, layout, stage, 0);

@@ -65,6 +65,8 @@ std::string format_time(const TimeBreakdown& t) {
   row("backward", t.backward);
   row("recompute", t.recompute);
   row("tp collectives", t.tp_communication, std::string(transport_name(t.tp_link)));
+  if (t.cp_communication > 0)
+    row("cp ring (exposed)", t.cp_communication, std::string(transport_name(t.cp_link)));
   row("pipeline sends", t.pp_communication, std::string(transport_name(t.pp_link)));
   row("pipeline bubble", t.bubble, fmt::format("{:.1f}% of compute", t.bubble_ratio * 100.0));
   row("dp traffic (exposed)", t.dp_communication,
@@ -206,6 +208,7 @@ nlohmann::json to_json(const TimeBreakdown& t) {
           {"recompute_s", t.recompute},
           {"tp_communication_s", t.tp_communication},
           {"pp_communication_s", t.pp_communication},
+          {"cp_communication_s", t.cp_communication},
           {"bubble_s", t.bubble},
           {"bubble_ratio", t.bubble_ratio},
           {"dp_communication_exposed_s", t.dp_communication},

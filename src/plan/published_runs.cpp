@@ -41,6 +41,7 @@ SearchConstraints fixed_layout(int64_t tp, int64_t pp, int64_t dp, Recompute rec
   c.tp = tp;
   c.pp = pp;
   c.dp = dp;
+  c.cp = 1;  // none of these runs split a sequence
   c.recompute = {recompute};
   c.sequence_parallel = sp;
   // The schedules Megatron-LM had then: 1F1B and the interleaved 1F1B (Narayanan et al. §2.2).
@@ -106,10 +107,14 @@ std::vector<PublishedRun> korthikanti(const std::string& size, int64_t heads, in
 // layer fewer (§3.3.2, "we reduce one Transformer layer each from the first and the last
 // stages"), FSDP over the data-parallel group, no recompute named. The step time follows from the
 // reported TFLOPs per GPU and the planner's FLOP convention (6Ψ + 12·l·h·s per token), which
-// the paper does not state.
-PublishedRun llama3(int row, int64_t gpus, int64_t dp, double tflops, double mfu) {
+// the paper does not state. Row 3 is the long-context stage: 131,072 tokens, each sequence over
+// a context-parallel group of 16 (§3.3.2; Meta's cp all-gathers the keys and values where
+// Lattice's ring passes them on, the same bytes), 16M tokens per step.
+PublishedRun llama3(int row, int64_t gpus, int64_t dp, double tflops, double mfu,
+                    int64_t seq_len = 8192, int64_t cp = 1) {
   PublishedRun run;
-  run.id = fmt::format("llama3-405b-{}k-gpus", gpus / 1024);
+  run.id = cp > 1 ? fmt::format("llama3-405b-{}k-context", seq_len / 1024)
+                  : fmt::format("llama3-405b-{}k-gpus", gpus / 1024);
   run.source = fmt::format("Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4, row {}", row);
   run.step_time_from =
       "the reported TFLOPs per GPU and the PaLM FLOP convention (6Ψ + 12·l·h·s per token)";
@@ -117,12 +122,13 @@ PublishedRun llama3(int row, int64_t gpus, int64_t dp, double tflops, double mfu
   setup.model = model_preset("llama-3-405b");
   setup.cluster = cluster_preset("dgx-h100");
   setup.devices = gpus;
-  setup.global_batch = 2048;  // 16M tokens of 8,192
-  setup.seq_len = 8192;
+  setup.global_batch = 2048 * 8192 / seq_len;  // 16M tokens
+  setup.seq_len = seq_len;
   SearchConstraints& c = run.layout;
   c.tp = 8;
   c.pp = 16;
   c.dp = dp;
+  c.cp = cp;
   c.recompute = {Recompute::kNone};
   c.schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B};
   c.zero_stages = {1, 2, 3};
@@ -158,6 +164,7 @@ std::vector<PublishedRun> published_runs() {
   }
   runs.push_back(llama3(1, 8192, 64, 430, 0.43));
   runs.push_back(llama3(2, 16384, 128, 400, 0.41));
+  runs.push_back(llama3(3, 16384, 8, 380, 0.38, 131072, 16));
   return runs;
 }
 

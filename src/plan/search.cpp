@@ -29,7 +29,7 @@ bool better(const Evaluation& a, const Evaluation& b, const TrainingSetup& setup
   const double kb = objective_per_token(objective, setup, b.time);
   if (ka != kb) return ka < kb;
   auto traffic = [](const TimeBreakdown& t) {
-    return t.dp_communication_total + t.tp_communication + t.pp_communication;
+    return t.dp_communication_total + t.tp_communication + t.pp_communication + t.cp_communication;
   };
   if (traffic(a.time) != traffic(b.time)) return traffic(a.time) < traffic(b.time);
   return a.memory.total < b.memory.total;
@@ -90,7 +90,8 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
                   "recompute modes, ZeRO stages or schedules) ---> HINT: allow at least one of "
                   "each");
   }
-  for (const auto& [fixed, name] : {std::pair{c.dp, "dp"}, {c.tp, "tp"}, {c.pp, "pp"}}) {
+  for (const auto& [fixed, name] :
+       {std::pair{c.dp, "dp"}, {c.tp, "tp"}, {c.pp, "pp"}, {c.cp, "cp"}}) {
     if (fixed && (*fixed < 1 || setup.devices % *fixed != 0)) {
       LATTICE_THROW(ConfigError,
                     "{} = {} does not divide the {} devices ---> HINT: choose a "
@@ -124,86 +125,96 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
   const int64_t max_pp = c.max_pp > 0 ? c.max_pp : setup.model.n_layers;
 
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> split_cache;
-  for (int64_t tp : choices(c.tp, divisors(setup.devices))) {
-    if (setup.devices % tp != 0) continue;
-    for (int64_t pp : choices(c.pp, divisors(setup.devices / tp))) {
-      if (pp > max_pp || setup.devices % (tp * pp) != 0) continue;
-      const int64_t dp = setup.devices / (tp * pp);
-      if (c.dp && *c.dp != dp) continue;
+  // Context-parallel sizes: the fixed one, else those that cut the sequence into 2·cp chunks
+  // of at least min_cp_positions / 2 positions.
+  std::vector<int64_t> cps;
+  for (int64_t cp : choices(c.cp, divisors(setup.devices))) {
+    if (c.cp || (setup.seq_len % (2 * cp) == 0 && setup.seq_len / cp >= c.min_cp_positions) ||
+        cp == 1)
+      cps.push_back(cp);
+  }
+  for (int64_t cp : cps)
+    for (int64_t tp : choices(c.tp, divisors(setup.devices / cp))) {
+      if (setup.devices % (tp * cp) != 0) continue;
+      for (int64_t pp : choices(c.pp, divisors(setup.devices / (tp * cp)))) {
+        if (pp > max_pp || setup.devices % (tp * pp * cp) != 0) continue;
+        const int64_t dp = setup.devices / (tp * pp * cp);
+        if (c.dp && *c.dp != dp) continue;
 
-      std::vector<int64_t> micro_batches;
-      if (c.micro_batch) {
-        micro_batches = {*c.micro_batch};
-      } else if (setup.global_batch % dp != 0) {
-        micro_batches = {1};  // judged, and rejected for the batch
-      } else {
-        for (int64_t b : divisors(setup.global_batch / dp)) {
-          if (b <= c.max_micro_batch) micro_batches.push_back(b);
-        }
-      }
-      // (schedule, v) pairs: one trivial schedule without a pipeline.
-      std::vector<std::pair<Schedule, int64_t>> schedules;
-      if (pp == 1) {
-        schedules.push_back({Schedule::kOneFOneB, c.virtual_stages.value_or(1)});
-      } else {
-        for (Schedule s : c.schedules) {
-          if (s != Schedule::kInterleaved1F1B) {
-            if (!c.virtual_stages || *c.virtual_stages == 1) schedules.push_back({s, 1});
-            continue;
-          }
-          for (int64_t v = 2; v <= c.max_virtual_stages; ++v) {
-            if (c.virtual_stages && *c.virtual_stages != v) continue;
-            // Every chunk needs a layer; where p·v does not divide them, the balanced partition
-            // (or the given layers_per_chunk) places them.
-            if (!c.virtual_stages && pp * v > setup.model.n_layers) continue;
-            schedules.push_back({s, v});
+        std::vector<int64_t> micro_batches;
+        if (c.micro_batch) {
+          micro_batches = {*c.micro_batch};
+        } else if (setup.global_batch % dp != 0) {
+          micro_batches = {1};  // judged, and rejected for the batch
+        } else {
+          for (int64_t b : divisors(setup.global_batch / dp)) {
+            if (b <= c.max_micro_batch) micro_batches.push_back(b);
           }
         }
-        // Nothing consistent (v > 1 with a plain schedule, no v dividing l): judged, rejected.
-        if (schedules.empty())
-          schedules.push_back({c.schedules.front(), c.virtual_stages.value_or(2)});
-      }
-      std::vector<int> zeros = c.zero_stages;
-      if (dp == 1) zeros = {*std::min_element(zeros.begin(), zeros.end())};  // nothing to shard
-      std::vector<bool> sps = {false};
-      if (c.sequence_parallel)
-        sps = {*c.sequence_parallel};
-      else if (tp > 1)
-        sps = {false, true};
+        // (schedule, v) pairs: one trivial schedule without a pipeline.
+        std::vector<std::pair<Schedule, int64_t>> schedules;
+        if (pp == 1) {
+          schedules.push_back({Schedule::kOneFOneB, c.virtual_stages.value_or(1)});
+        } else {
+          for (Schedule s : c.schedules) {
+            if (s != Schedule::kInterleaved1F1B) {
+              if (!c.virtual_stages || *c.virtual_stages == 1) schedules.push_back({s, 1});
+              continue;
+            }
+            for (int64_t v = 2; v <= c.max_virtual_stages; ++v) {
+              if (c.virtual_stages && *c.virtual_stages != v) continue;
+              // Every chunk needs a layer; where p·v does not divide them, the balanced partition
+              // (or the given layers_per_chunk) places them.
+              if (!c.virtual_stages && pp * v > setup.model.n_layers) continue;
+              schedules.push_back({s, v});
+            }
+          }
+          // Nothing consistent (v > 1 with a plain schedule, no v dividing l): judged, rejected.
+          if (schedules.empty())
+            schedules.push_back({c.schedules.front(), c.virtual_stages.value_or(2)});
+        }
+        std::vector<int> zeros = c.zero_stages;
+        if (dp * cp == 1) zeros = {*std::min_element(zeros.begin(), zeros.end())};  // no replicas
+        std::vector<bool> sps = {false};
+        if (c.sequence_parallel)
+          sps = {*c.sequence_parallel};
+        else if (tp > 1)
+          sps = {false, true};
 
-      // The partition depends on (pp, v) only and is a search of its own: once per pair.
-      std::vector<std::vector<int64_t>> splits;
-      for (const auto& entry : schedules) {
-        const std::pair<int64_t, int64_t> key{pp, entry.second};
-        auto found = split_cache.find(key);
-        if (found == split_cache.end())
-          found = split_cache.emplace(key, pipeline_split(setup, c, pp, entry.second)).first;
-        splits.push_back(found->second);
-      }
-      for (int64_t b : micro_batches) {
-        for (size_t k = 0; k < schedules.size(); ++k) {
-          const auto& [schedule, v] = schedules[k];
-          const std::vector<int64_t>& split = splits[k];
-          for (int zero : zeros) {
-            for (Recompute recompute : recomputes) {
-              for (bool sp : sps) {
-                ranking.judge({.dp = dp,
-                               .tp = tp,
-                               .pp = pp,
-                               .virtual_stages = v,
-                               .zero = zero,
-                               .micro_batch = b,
-                               .recompute = recompute,
-                               .sequence_parallel = sp,
-                               .schedule = schedule,
-                               .layers_per_chunk = split});
+        // The partition depends on (pp, v) only and is a search of its own: once per pair.
+        std::vector<std::vector<int64_t>> splits;
+        for (const auto& entry : schedules) {
+          const std::pair<int64_t, int64_t> key{pp, entry.second};
+          auto found = split_cache.find(key);
+          if (found == split_cache.end())
+            found = split_cache.emplace(key, pipeline_split(setup, c, pp, entry.second)).first;
+          splits.push_back(found->second);
+        }
+        for (int64_t b : micro_batches) {
+          for (size_t k = 0; k < schedules.size(); ++k) {
+            const auto& [schedule, v] = schedules[k];
+            const std::vector<int64_t>& split = splits[k];
+            for (int zero : zeros) {
+              for (Recompute recompute : recomputes) {
+                for (bool sp : sps) {
+                  ranking.judge({.dp = dp,
+                                 .tp = tp,
+                                 .pp = pp,
+                                 .virtual_stages = v,
+                                 .zero = zero,
+                                 .micro_batch = b,
+                                 .recompute = recompute,
+                                 .sequence_parallel = sp,
+                                 .schedule = schedule,
+                                 .layers_per_chunk = split,
+                                 .cp = cp});
+                }
               }
             }
           }
         }
       }
     }
-  }
   return result;
 }
 

@@ -15,12 +15,17 @@ namespace lattice::plan {
 
 // Unset fields are searched; set ones are fixed. Fixing every dimension evaluates one layout.
 struct SearchConstraints {
-  std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch;
+  std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch, cp;
   std::optional<bool> sequence_parallel;
   // A pipeline split (p·v layer counts, the runtime's layers_per_chunk) for the layouts whose
   // p·v matches it; empty: the even split where the layers divide, else the balanced partition.
   std::vector<int64_t> layers_per_chunk = {};
-  int64_t max_pp = 0;              // 0: up to the layer count
+  int64_t max_pp = 0;  // 0: up to the layer count
+  // Context parallelism is searched down to this many positions of a sequence per rank, so only
+  // for sequences of twice that and more: below it the ring's block products are small tiles
+  // whose per-block overheads (launches, the merge of partial results) the model does not price.
+  // cp sizes must cut the sequence into 2·cp chunks.
+  int64_t min_cp_positions = 4096;
   int64_t max_micro_batch = 16;    // largest b tried when b is not fixed
   int64_t max_virtual_stages = 8;  // largest v tried for the interleaved schedule
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};

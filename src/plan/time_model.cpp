@@ -19,7 +19,8 @@ struct LayerCost {
   double backward = 0;
   double recompute = 0;
   double tp_communication = 0;
-  double recompute_flops = 0;  // per rank
+  double cp_communication = 0;  // the ring's transfers its block products do not hide
+  double recompute_flops = 0;   // per rank
 };
 
 struct Gemm {
@@ -36,7 +37,9 @@ double gemm_seconds(const TrainingSetup& setup, const Gemm& g) {
 
 LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
   const ModelSpec& model = setup.model;
-  const double b = double(layout.micro_batch), s = double(setup.seq_len);
+  // s: this rank's positions of a sequence; whole: all of them (context parallelism splits s).
+  const double whole = double(setup.seq_len), s = whole / double(layout.cp);
+  const double b = double(layout.micro_batch);
   const double h = double(model.d_model), t = double(layout.tp);
   const double tokens = b * s, heads = double(model.n_heads) / t;
   const double hd = double(model.head_dim()), kv = double(model.kv_dim());
@@ -48,14 +51,16 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
                              gemm_seconds(setup, {tokens, h, h / t, 1}) +             // out
                              gemm_seconds(setup, {tokens, up_width, h, 1}) +          // up
                              gemm_seconds(setup, {tokens, h, ffn / t, 1});            // down
-  // Attention core per head: scores (s×hd · hd×s) and probabilities · V (s×s · s×hd); causal
-  // masking is not discounted (PaLM convention).
-  const double core =
-      gemm_seconds(setup, {s, s, hd, b * heads}) + gemm_seconds(setup, {s, hd, s, b * heads});
+  // Attention core per head: scores (s×hd · hd×S) and probabilities · V (s×S · S×hd) of this
+  // rank's s queries against the sequence's S keys (s = S without context parallelism, whose
+  // ring balances the causal work so each rank does 1/cp of it); causal masking is not
+  // discounted (PaLM convention).
+  const double core = gemm_seconds(setup, {s, whole, hd, b * heads}) +
+                      gemm_seconds(setup, {s, hd, whole, b * heads});
   // Element-wise work (norms, activation function, softmax, residual adds) is memory-bound:
   // each stored activation written once and read once in the forward, twice that backward.
   ActivationOptions stored{.micro_batch = layout.micro_batch,
-                           .seq_len = setup.seq_len,
+                           .seq_len = setup.seq_len / layout.cp,
                            .tp = layout.tp,
                            .sequence_parallel = layout.sequence_parallel,
                            .recompute = Recompute::kNone,
@@ -96,7 +101,29 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
                                  bytes);
   }
 
-  const double core_flops = 2.0 * 2.0 * s * s * hd * b * heads;
+  // Context parallelism's ring (parallel/context_parallel.h): per layer cp − 1 hops of the
+  // key/value block (both chunks, 2·b·s·kv/t elements) forward, each hidden behind its 1/cp of
+  // the attention core; in the backward as many again behind 2/cp of it, and cp hops of the
+  // block's gradients, which Lattice sends in f32 after the products (exposed) and Megatron-LM's
+  // TransformerEngine in the activation dtype alongside the next block's (hidden like the rest).
+  if (layout.cp > 1) {
+    const double n = double(layout.cp);
+    const Transport link = cp_transport(layout, setup.cluster.gpus_per_node);
+    const double block = 2.0 * b * s * kv / t;
+    auto hop = [&](double bytes) {
+      return collective_seconds(setup.cluster, CollectiveOp::kSendRecv, link, 2, bytes);
+    };
+    const double kv_hop = hop(block * setup.bytes().activation);
+    const bool lattice = setup.runtime == Runtime::kLattice;
+    const double grad_hop = hop(block * (lattice ? 4.0 : setup.bytes().activation));
+    const double forward = (n - 1) * std::max(0.0, kv_hop - core / n);
+    const double backward = (n - 1) * std::max(0.0, kv_hop - 2.0 * core / n);
+    const double grads = lattice ? n * grad_hop : n * std::max(0.0, grad_hop - 2.0 * core / n);
+    cost.cp_communication = forward + backward + grads;
+    if (layout.recompute == Recompute::kFull) cost.cp_communication += forward;
+  }
+
+  const double core_flops = 2.0 * 2.0 * s * whole * hd * b * heads;
   if (layout.recompute == Recompute::kSelective &&
       (!setup.flash_attention || setup.runtime == Runtime::kLattice)) {
     // The attention core's forward again (flash attention's backward rebuilds the
@@ -141,12 +168,15 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   const StateBytes bytes = setup.bytes();
   const int64_t m = micro_batches(layout, setup.global_batch);
   const int64_t p = layout.pp, v = layout.virtual_stages;
-  const double b = double(layout.micro_batch), s = double(setup.seq_len);
+  // s: the positions of a sequence this rank holds (context parallelism splits them).
+  const double b = double(layout.micro_batch), s = double(setup.seq_len / layout.cp);
   const double h = double(model.d_model), t = double(layout.tp);
   const double layers = double(model.n_layers) / double(p);  // the mean stage's
+  const int64_t replicas = layout.replicas();
 
   TimeBreakdown time;
   time.tp_link = tp_transport(layout, cluster.gpus_per_node);
+  time.cp_link = cp_transport(layout, cluster.gpus_per_node);
   time.dp_link = dp_transport(layout, cluster.gpus_per_node);
   time.pp_link = pp_transport(layout, cluster.gpus_per_node);
 
@@ -197,8 +227,8 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   // Per micro-batch on each stage: its layers (the partition, chunk_layer_counts), its sends,
   // the embedding's extra work on the first and the head's on the last (p = 1: one stage is
   // both). The slowest stage sets the pace; the bubble idles the mean one.
-  const double per_layer =
-      layer.forward + layer.backward + layer.recompute + layer.tp_communication;
+  const double per_layer = layer.forward + layer.backward + layer.recompute +
+                           layer.tp_communication + layer.cp_communication;
   const double head = 3.0 * output_forward + last_extra;
   double slowest = 0, total = 0, most_layers = 0;
   int64_t slowest_stage = 0;
@@ -222,6 +252,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   time.tp_communication =
       micro * (most_layers * layer.tp_communication + (slowest_embeds ? first_extra : 0.0) +
                (slowest_has_head ? last_extra : 0.0));
+  time.cp_communication = micro * most_layers * layer.cp_communication;
   time.pp_communication = micro * pp_per_micro_batch;
   time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
   time.bubble = time.bubble_ratio * micro * mean;
@@ -234,9 +265,10 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
         params, stage_parameter_count(model, layout, stage, stage_layers(setup, layout, stage)));
   }
   const double grad_bytes = params * bytes.gradient, param_bytes = params * bytes.parameter;
-  if (layout.dp > 1) {
+  // Over the replicas: dp × cp (context parallelism folded into data parallelism).
+  if (replicas > 1) {
     auto price = [&](CollectiveOp op, double size) {
-      return collective_seconds(cluster, op, time.dp_link, layout.dp, size);
+      return collective_seconds(cluster, op, time.dp_link, replicas, size);
     };
     // Buckets are reduced as the backward fills them, so at most dp_overlap of the backward can
     // hide the traffic, and never the last bucket's reduction, which starts when the backward
@@ -289,7 +321,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   }
 
   // AdamW reads gradients, reads and writes master weights and moments, writes parameters.
-  const double shard = params / (layout.zero >= 1 ? double(layout.dp) : 1.0);
+  const double shard = params / (layout.zero >= 1 ? double(replicas) : 1.0);
   time.optimizer = shard * (2.0 * bytes.optimizer + bytes.gradient + bytes.parameter) /
                    cluster.device.hbm_bytes_per_s;
 
@@ -300,9 +332,9 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
     // all-gather of the master), with nothing left to hide behind. (ZeRO-3 keeps the master
     // sharded: its gathers are per layer, above.)
     double sync = 0;
-    if (layout.dp > 1 && (layout.zero == 1 || layout.zero == 2)) {
+    if (replicas > 1 && (layout.zero == 1 || layout.zero == 2)) {
       const double broadcast = collective_seconds(cluster, CollectiveOp::kAllGather, time.dp_link,
-                                                  layout.dp, params * 4.0);
+                                                  replicas, params * 4.0);
       sync += broadcast;
       time.dp_communication_total += broadcast;
     }
@@ -311,7 +343,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
     auto scalar = [&](Transport link, int64_t ranks) {
       return collective_seconds(cluster, CollectiveOp::kAllReduce, link, ranks, 8.0);
     };
-    sync += scalar(time.dp_link, layout.dp) * (layout.zero >= 1 ? 2.0 : 1.0);
+    sync += scalar(time.dp_link, replicas) * (layout.zero >= 1 ? 2.0 : 1.0);
     sync += scalar(time.tp_link, layout.tp) + scalar(time.pp_link, layout.pp);
     // Under SP the replicated parameters' partial gradients (norms, row-parallel biases, learned
     // positions on the first stage, the final norm on the last) are summed over tp once.
@@ -342,7 +374,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   const double peak = cluster.peak_flops(setup.precision) * devices;
   time.mfu = time.model_flops / (time.step * peak);
   time.hfu = time.hardware_flops / (time.step * peak);
-  time.tokens_per_second = double(setup.global_batch) * s / time.step;
+  time.tokens_per_second = double(setup.global_batch) * double(setup.seq_len) / time.step;
   return time;
 }
 

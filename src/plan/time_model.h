@@ -20,6 +20,7 @@ struct TimeBreakdown {
   double backward = 0;
   double recompute = 0;               // forward work the backward repeats
   double tp_communication = 0;        // per-layer all-reduces (or gathers/scatters with SP)
+  double cp_communication = 0;        // context parallelism's ring hops its products do not hide
   double pp_communication = 0;        // activation and gradient sends between stages
   double bubble = 0;                  // pipeline fill and drain
   double dp_communication = 0;        // exposed part of gradient reduction and parameter gathers
@@ -34,6 +35,7 @@ struct TimeBreakdown {
 
   double bubble_ratio = 0;  // idle ÷ ideal compute (pipeline_theory.h)
   Transport tp_link = Transport::kIntraNode;
+  Transport cp_link = Transport::kIntraNode;
   Transport dp_link = Transport::kIntraNode;
   Transport pp_link = Transport::kIntraNode;
 

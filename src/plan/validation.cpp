@@ -25,12 +25,13 @@ std::string format_ratio(const ValidationRow& row) {
 }
 
 [[noreturn]] void bad_layout(const std::string& text) {
-  LATTICE_THROW(ConfigError,
-                "validation layout '{}' is not understood ---> HINT: write dp<N>, tp<N>, pp<N>, "
-                "zero<K>, sp, a schedule (1f1b, gpipe, zb, v<N> for interleaved), rc-sel or "
-                "rc-full and mb<N> (micro-batch) joined by '+' or nothing, e.g. dp1tp1, dp2, "
-                "tp2+sp, dp2+zero1, pp2+gpipe, pp2+v2, pp2+rc-full",
-                text);
+  LATTICE_THROW(
+      ConfigError,
+      "validation layout '{}' is not understood ---> HINT: write dp<N>, tp<N>, pp<N>, cp<N>, "
+      "zero<K>, sp, a schedule (1f1b, gpipe, zb, v<N> for interleaved), rc-sel or "
+      "rc-full and mb<N> (micro-batch) joined by '+' or nothing, e.g. dp1tp1, dp2, "
+      "tp2+sp, dp2+zero1, pp2+gpipe, pp2+v2, pp2+rc-full",
+      text);
 }
 
 }  // namespace
@@ -99,6 +100,7 @@ std::string validation_layout_name(const Layout& layout) {
   if (layout.dp > 1) parts.push_back(fmt::format("dp{}", layout.dp));
   if (layout.tp > 1) parts.push_back(fmt::format("tp{}", layout.tp));
   if (layout.pp > 1) parts.push_back(fmt::format("pp{}", layout.pp));
+  if (layout.cp > 1) parts.push_back(fmt::format("cp{}", layout.cp));
   if (parts.empty()) parts.push_back("dp1 tp1");
   if (layout.sequence_parallel) parts.push_back("sp");
   if (layout.zero > 0) parts.push_back(fmt::format("zero{}", layout.zero));
@@ -116,7 +118,7 @@ std::string validation_layout_name(const Layout& layout) {
 Layout parse_validation_layout(const std::string& text) {
   Layout layout;
   layout.micro_batch = 0;  // not given: the caller chooses
-  bool dp_seen = false, tp_seen = false, pp_seen = false, schedule_seen = false;
+  bool dp_seen = false, tp_seen = false, pp_seen = false, cp_seen = false, schedule_seen = false;
   size_t i = 0;
   auto number = [&](size_t& at) -> int64_t {
     const size_t start = at;
@@ -146,6 +148,10 @@ Layout parse_validation_layout(const std::string& text) {
       i += 2;
       layout.pp = number(i);
       pp_seen = true;
+    } else if (starts("cp") && !cp_seen) {
+      i += 2;
+      layout.cp = number(i);
+      cp_seen = true;
     } else if (starts("zero")) {
       i += 4;
       layout.zero = int(number(i));
@@ -175,9 +181,10 @@ Layout parse_validation_layout(const std::string& text) {
       bad_layout(text);
     }
   }
-  const bool sized = dp_seen || tp_seen || pp_seen || layout.recompute != Recompute::kNone;
-  if (!sized || layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.virtual_stages < 1 ||
-      (layout.micro_batch < 1 && text.find("mb") != std::string::npos))
+  const bool sized =
+      dp_seen || tp_seen || pp_seen || cp_seen || layout.recompute != Recompute::kNone;
+  if (!sized || layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1 ||
+      layout.virtual_stages < 1 || (layout.micro_batch < 1 && text.find("mb") != std::string::npos))
     bad_layout(text);
   if (layout.sequence_parallel && layout.tp < 2) {
     LATTICE_THROW(ConfigError,
@@ -185,7 +192,7 @@ Layout parse_validation_layout(const std::string& text) {
                   "tp2+sp",
                   text);
   }
-  if (layout.zero > 0 && layout.dp < 2) {
+  if (layout.zero > 0 && layout.dp * layout.cp < 2) {
     LATTICE_THROW(ConfigError,
                   "validation layout '{}': ZeRO shards over dp, which is 1 ---> HINT: write "
                   "dp2+zero1",

@@ -149,18 +149,39 @@ TEST(PlanCli, ValidatePublishedPrintsEveryCitedRunAndTheErrors) {
   ASSERT_EQ(text.exit_code, 0) << text.all();
   for (const char* expected :
        {"narayanan-1008b", "korthikanti-175b-selective-sp", "llama3-405b-16k-gpus",
-        "20 of 20 published layouts accepted", "Korthikanti et al. 2022, Tables 3 and 5",
-        "layers=7,8×14,7", "software profile 'megatron-lm 2021-22"}) {
+        "21 of 21 published layouts accepted", "Korthikanti et al. 2022, Tables 3 and 5",
+        "layers=7,8×14,7", "software profile 'megatron-lm 2021-22", "llama3-405b-128k-context",
+        "dp=8 tp=8 pp=16 cp=16"}) {
     EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
   }
   const CliResult json = run_cli(plan({"--validate-published", "--json"}), kLimitS);
   ASSERT_EQ(json.exit_code, 0) << json.all();
   const nlohmann::json j = nlohmann::json::parse(json.out);
-  ASSERT_EQ(j.at("runs").size(), 20u);
-  EXPECT_EQ(j.at("accepted").get<int>(), 20);
+  ASSERT_EQ(j.at("runs").size(), 21u);
+  EXPECT_EQ(j.at("accepted").get<int>(), 21);
   double sum = 0;
   for (const nlohmann::json& row : j.at("runs")) sum += std::abs(row.at("error").get<double>());
-  EXPECT_NEAR(j.at("mean_abs_error").get<double>(), sum / 20, 1e-12);
+  EXPECT_NEAR(j.at("mean_abs_error").get<double>(), sum / 21, 1e-12);
+}
+
+// Context parallelism: at Llama 3's 128K-token stage the search splits the sequence (the
+// layout names cp and the report prices the ring); a cp that does not cut the sequence into
+// 2·cp chunks is refused with the fix.
+TEST(PlanCli, ALongSequenceIsSplitOverAContextParallelGroup) {
+  const std::vector<std::string> long_context = {
+      "--model",        "llama-3-405b", "--cluster",   "dgx-h100", "--gpus", "16384",
+      "--global-batch", "128",          "--seq",       "131072",   "--tp",   "8",
+      "--pp",           "16",           "--recompute", "none"};
+  const CliResult r = run_cli(plan(long_context), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::string recommended = r.out.substr(r.out.find("recommended:"));
+  EXPECT_NE(recommended.substr(0, recommended.find('\n')).find(" cp="), std::string::npos) << r.out;
+  std::vector<std::string> fixed = long_context;
+  fixed.insert(fixed.end(), {"--cp", "3"});
+  const CliResult refused = run_cli(plan(fixed), kLimitS);
+  EXPECT_NE(refused.exit_code, 0) << refused.all();
+  EXPECT_NE(refused.all().find("does not divide the 16384 devices"), std::string::npos)
+      << refused.all();
 }
 
 TEST(PlanCli, AGivenPipelineSplitIsPricedOrRefused) {

@@ -106,6 +106,36 @@ TEST_F(TrainCli, ContextParallelTrainsToTheSingleRanksLossesAndRefusesASequenceT
   EXPECT_NE(refused.err.find("multiple of 6"), std::string::npos) << refused.err;
 }
 
+// A context-parallel run's checkpoint (ZeRO-1 shards over its dp × cp replicas) resumes to the
+// uninterrupted run's losses, on the same layout and on one rank without cp (resharded).
+TEST_F(TrainCli, AContextParallelCheckpointResumesToTheUninterruptedLosses) {
+  const auto out = *data_ / "cp_resume_run";
+  std::filesystem::remove_all(out);
+  const CliResult first =
+      run_cli(train(*data_ / "cp_first.jsonl",
+                    {"--cp", "2", "--zero", "1", "--set", "output.dir=" + out.string(), "--set",
+                     "output.checkpoint_every=2"}),
+              kLimitS);
+  ASSERT_EQ(first.exit_code, 0) << first.all();
+  const std::vector<double> whole = losses(*data_ / "cp_first.jsonl");
+  ASSERT_EQ(whole.size(), 4u);
+  const std::string checkpoint = (out / "checkpoints" / "step_2").string();
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << first.all();
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--cp", "2", "--zero", "1"}, std::vector<std::string>{}}) {
+    std::vector<std::string> args = layout;
+    args.insert(args.end(), {"--resume", checkpoint});
+    const CliResult resumed = run_cli(train(*data_ / "cp_resumed.jsonl", args), kLimitS);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.all();
+    const std::vector<double> tail = losses(*data_ / "cp_resumed.jsonl");
+    ASSERT_EQ(tail.size(), 2u) << resumed.all();
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(tail[i], whole[i + 2], 1e-6 * whole[i + 2])
+          << "step " << i + 3 << " cp " << (layout.empty() ? 1 : 2);
+    }
+  }
+}
+
 // A resume that would not continue the saved run is refused through the command, naming the
 // key, both values and the two ways out; --resume-allow-change accepts it.
 TEST_F(TrainCli, ResumeRefusesAChangedGlobalBatchUnlessAllowed) {

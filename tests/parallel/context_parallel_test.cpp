@@ -212,13 +212,22 @@ struct CpLayout {
   ParallelConfig layout;
 };
 
-std::string cp_layout_name(const ::testing::TestParamInfo<CpLayout>& info) {
-  const ParallelConfig& l = info.param.layout;
-  std::string name = fmt::format("{}_cp{}", info.param.model, l.cp);
+std::string describe(const CpLayout& layout) {
+  const ParallelConfig& l = layout.layout;
+  std::string name = fmt::format("{}_cp{}", layout.model, l.cp);
   if (l.tp > 1) name += fmt::format("_tp{}{}", l.tp, l.sequence_parallel ? "sp" : "");
   if (l.dp > 1) name += fmt::format("_dp{}_zero{}", l.dp, l.zero);
   if (l.pp > 1) name += fmt::format("_pp{}", l.pp);
+  if (l.recompute != Recompute::kNone) name += fmt::format("_{}", recompute_name(l.recompute));
   return testing::test_case_name(name);
+}
+
+std::string cp_layout_name(const ::testing::TestParamInfo<CpLayout>& info) {
+  return describe(info.param);
+}
+
+void PrintTo(const CpLayout& layout, std::ostream* os) {
+  *os << describe(layout);
 }
 
 const std::vector<CpLayout> kCpLayouts = {
@@ -240,6 +249,8 @@ const std::vector<CpLayout> kCpLayouts = {
     {"llama-tiny", {.dp = 2, .cp = 4, .zero = 1}},
     {"gpt2-tiny", {.dp = 2, .cp = 2, .zero = 3}},
     {"llama-tiny", {.dp = 2, .cp = 2, .zero = 2}},
+    {"llama-tiny", {.cp = 2, .recompute = Recompute::kSelective}},
+    {"gpt2-tiny", {.cp = 2, .recompute = Recompute::kFull}},
 };
 
 class ContextParallelTraining : public ::testing::TestWithParam<CpLayout> {};

@@ -4,6 +4,7 @@
 
 #include "plan/activation_memory.h"
 #include "plan/collective_cost.h"
+#include "plan/evaluation.h"
 #include "plan/memory_model.h"
 #include "plan/pipeline_theory.h"
 #include "plan_test_setups.h"
@@ -220,6 +221,58 @@ TEST(TimeModel, TheLastGradientBucketIsNeverHidden) {
   EXPECT_NEAR(t.dp_communication,
               t.dp_communication_total * s.cluster.runtime.dp_bucket_bytes / grad_bytes,
               1e-9 * t.dp_communication_total);
+}
+
+}  // namespace
+}  // namespace lattice::plan
+
+namespace lattice::plan {
+namespace {
+
+// Context parallelism splits the positions, not the work: at the same devices, dp 2 and cp 2
+// give each rank the same tokens and the same attention FLOPs (the ring balances the causal
+// work), so the compute matches; the activations halve.
+TEST(TimeModel, ContextParallelismSplitsTheSequencesWorkEvenly) {
+  TrainingSetup s = testing::setup_for("llama-3-8b", "dgx-h100", 2, 8, 32768);
+  const Layout dp2{.dp = 2, .micro_batch = 1, .recompute = Recompute::kFull};
+  Layout cp2 = dp2;
+  cp2.dp = 1;
+  cp2.cp = 2;
+  ASSERT_FALSE(check_layout(s, cp2).has_value());
+  const TimeBreakdown a = estimate_time(s, dp2), b = estimate_time(s, cp2);
+  EXPECT_NEAR(b.forward / a.forward, 1.0, 0.05);
+  EXPECT_NEAR(b.backward / a.backward, 1.0, 0.05);
+  EXPECT_DOUBLE_EQ(b.tokens_per_second * b.step, a.tokens_per_second * a.step);
+  EXPECT_NEAR(estimate_memory(s, cp2).activations / estimate_memory(s, dp2).activations, 0.5, 1e-9);
+}
+
+// The ring's key/value hops hide behind their chunk products when these are large (a long
+// sequence on NVLink); a small model's hops across nodes do not. Lattice sends the f32 key/value
+// gradients after the products (always exposed), Megatron-LM's TransformerEngine alongside them.
+TEST(TimeModel, TheRingIsExposedOnlyWhereItsProductsCannotHideIt) {
+  TrainingSetup s = testing::setup_for("llama-3-8b", "dgx-h100", 8, 8, 65536);
+  s.runtime = Runtime::kMegatron;
+  const Layout intra{.dp = 1, .micro_batch = 1, .recompute = Recompute::kFull, .cp = 8};
+  EXPECT_EQ(estimate_time(s, intra).cp_communication, 0.0);
+  EXPECT_EQ(estimate_time(s, intra).cp_link, Transport::kIntraNode);
+
+  TrainingSetup small = testing::setup_for("gpt2-124m", "dgx-h100", 16, 16, 8192);
+  small.runtime = Runtime::kMegatron;
+  const Layout across{.dp = 1, .tp = 8, .micro_batch = 1, .sequence_parallel = true, .cp = 2};
+  const TimeBreakdown megatron = estimate_time(small, across);
+  EXPECT_EQ(megatron.cp_link, Transport::kInterNode);
+  EXPECT_GT(megatron.cp_communication, 0.0);
+  small.runtime = Runtime::kLattice;
+  EXPECT_GT(estimate_time(small, across).cp_communication, megatron.cp_communication);
+}
+
+TEST(TimeModel, ASequenceThatDoesNotCutInto2CpChunksIsRejected) {
+  TrainingSetup s = testing::setup_for("llama-3-8b", "dgx-h100", 6, 6, 4096);
+  const Layout cp3{.dp = 2, .micro_batch = 1, .cp = 3};
+  const auto rejection = check_layout(s, cp3);
+  ASSERT_TRUE(rejection.has_value());
+  EXPECT_NE(rejection->message.find("2·cp = 6 equal chunks"), std::string::npos)
+      << rejection->message;
 }
 
 }  // namespace

@@ -538,7 +538,8 @@ std::pair<double, double> long_sequence_activations(const char* layout_words, in
   config.model = trainer_model("llama-tiny");
   config.model.seq_len = seq;
   config.data_dir =
-      testing::make_corpus_dir(fmt::format("plan_long_{}_{}", seq, layout.tp)).string();
+      testing::make_corpus_dir(fmt::format("plan_long_{}_{}_{}", seq, layout.tp, layout.cp))
+          .string();
   config.global_batch = kGlobalBatch;
   config.micro_batches = 1;
   config.seq_len = seq;
@@ -568,6 +569,21 @@ TEST(LongSequences, FusedAttentionActivationsEqualTheArenaAndGrowLinearlyWithThe
         m, {.micro_batch = 1, .seq_len = seq, .tp = 1, .flash_attention = false});
   };
   EXPECT_GT(stored(1024) / stored(256), 4.5);
+}
+
+// Context parallelism: a rank's activations are its 1/cp of the positions, as the planner
+// counts them (plus the whole rows the trainer reads before taking its chunks), alone and with
+// tp + SP; the planner's prediction equals the arena's peak.
+TEST(LongSequences, ContextParallelActivationsEqualTheArenaAndFallAsOneOverCp) {
+  const auto [predicted_one, measured_one] = long_sequence_activations("dp1tp1", 1024);
+  EXPECT_DOUBLE_EQ(predicted_one, measured_one);
+  for (const auto& [layout, cp] : {std::pair{"cp2", 2}, {"cp4", 4}, {"tp2+sp+cp2", 2}}) {
+    const auto [predicted, measured] = long_sequence_activations(layout, 1024);
+    EXPECT_DOUBLE_EQ(predicted, measured) << layout;
+    if (std::string(layout).starts_with("cp")) {
+      EXPECT_NEAR(measured / measured_one, 1.0 / cp, 0.01) << layout;
+    }
+  }
 }
 
 }  // namespace
