@@ -188,6 +188,40 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"throw", "throw@optimizer:1:4", "injected fault throw@optimizer:1:4", 4, 1}),
     [](const auto& info) { return info.param.name; });
 
+// Context parallelism under the elastic agent: a rank killed in the middle of its backward's
+// ring (its peer blocked on the key/value block it will never send) is detected, replaced from
+// the in-memory snapshot, and the run ends with the uninterrupted run's checkpoint bit for bit.
+TEST_F(ElasticLaunch, AContextParallelRankKilledMidRingIsReplacedAndTheRunEndsBitwise) {
+  auto cp_launch = [&](const std::filesystem::path& out) {
+    return std::vector<std::string>{LATTICE_EXECUTABLE,
+                                    "launch",
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--",
+                                    "train",
+                                    config_->string(),
+                                    "--cp",
+                                    "2",
+                                    "--deterministic",
+                                    "--set",
+                                    "output.dir=" + out.string(),
+                                    "--metrics",
+                                    (out / "metrics.jsonl").string()};
+  };
+  const auto whole = out_dir("cp_whole"), healed = out_dir("cp_healed");
+  const CliResult a = run_cli(cp_launch(whole), kLimitS);
+  ASSERT_EQ(a.exit_code, 0) << a.all();
+  EXPECT_NE(a.out.find("mesh pp1·dp1·cp2·tp1 on gloo"), std::string::npos) << a.out;
+  const CliResult b = run_cli(cp_launch(healed), kLimitS, {"LATTICE_FAULT=kill@backward:1:4"});
+  ASSERT_EQ(b.exit_code, 0) << b.all();
+  EXPECT_NE(b.err.find("failed in generation 0 at step 4"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("killed by signal 9"), std::string::npos) << b.err;
+  EXPECT_EQ(restored_step(b.out), 4) << b.out;
+  expect_same_final(whole, healed, 2);
+  EXPECT_EQ(last_metric(healed / "metrics.jsonl", "loss"),
+            last_metric(whole / "metrics.jsonl", "loss"));
+}
+
 TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
   const auto dir = out_dir("kill_recovery");
   // Rank 1 dies at step 5; in the next generation rank 0 dies while restoring.
