@@ -9,6 +9,7 @@
 
 #include "core/timer.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 
 namespace lattice {
 
@@ -175,12 +176,21 @@ ContextParallel::Hop ContextParallel::start_hop(const Tensor& block, std::string
   return h;
 }
 
-void ContextParallel::finish_hop(Hop& hop, Tensor& received) {
-  const int n = size(), r = rank();
-  Stopwatch wait;
-  group_->recv(received, (r + n - 1) % n);
+void ContextParallel::receive(Tensor& received) {
+  Stopwatch blocked;
+  group_->recv(received, (rank() + size() - 1) % size());
+  stats_.exposed_seconds += blocked.seconds();
+}
+
+void ContextParallel::wait(Hop& hop) {
+  Stopwatch blocked;
   hop.send.wait();
-  stats_.exposed_seconds += wait.seconds();
+  stats_.exposed_seconds += blocked.seconds();
+}
+
+void ContextParallel::finish_hop(Hop& hop, Tensor& received) {
+  receive(received);
+  wait(hop);
 }
 
 void ContextParallel::attention_forward(Arena& arena, Tensor& out, Tensor& lse, const Tensor& q,
@@ -247,9 +257,14 @@ void ContextParallel::attention_backward(Arena& arena, Tensor& dq, Tensor& dk, T
   }
   KvBlock held = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
   KvBlock incoming = kv_block(arena, {B, c, NKV, HS}, k.dtype(), false);
-  // The key/value gradients of the block in hand, summed over the ranks it has visited.
-  KvBlock held_grad = kv_block(arena, {B, c, NKV, HS}, DType::kF32, true);
-  KvBlock incoming_grad = kv_block(arena, {B, c, NKV, HS}, DType::kF32, false);
+  // The key/value gradients of the block in hand: this rank's share, and the sum over the ranks
+  // the block has visited, which arrives from the previous rank while the share is computed and
+  // goes on with it added (two buffers: one is in flight while the next is filled).
+  KvBlock share = kv_block(arena, {B, c, NKV, HS}, DType::kF32, false);
+  KvBlock sums[2] = {kv_block(arena, {B, c, NKV, HS}, DType::kF32, false),
+                     kv_block(arena, {B, c, NKV, HS}, DType::kF32, false)};
+  Hop grad_transfer;
+  bool grad_in_flight = false;
   for (int j = 0; j < 2; ++j) {
     copy_positions(held.k(j), 0, k, j * c, c);
     copy_positions(held.v(j), 0, v, j * c, c);
@@ -260,23 +275,37 @@ void ContextParallel::attention_backward(Arena& arena, Tensor& dq, Tensor& dk, T
     const bool more = step.hop + 1 < size();
     Hop transfer;
     if (more) transfer = start_hop(held.data, hop_name, step.hop + 1);
+    KvBlock& sum = sums[step.hop % 2];
+    KvBlock& mine = step.hop == 0 ? sum : share;  // the own block: nobody has added to it yet
+    mine.data.zero_();
     for (const RingPair& pair : step.pairs) {
       const int j = pair.query_chunk, i = pair.key_chunk;
-      Tensor dk_block = held_grad.k(i), dv_block = held_grad.v(i);
+      Tensor dk_block = mine.k(i), dv_block = mine.v(i);
       lattice::attention_backward(dqs[j], dk_block, dv_block, grads[j], queries[j], held.k(i),
                                   held.v(i), outs[j], lses[j], (pair.query_id - pair.key_id) * c);
     }
+    if (step.hop > 0) {
+      receive(sum.data);  // sent by the previous rank after its own products of this block
+      axpy(sum.data, 1.0f, share.data);
+    }
+    // Received before this wait, so no two ranks wait on each other's receives.
+    if (grad_in_flight) wait(grad_transfer);
     // The gradients go on with their block; after the last hop they reach its owner.
-    Hop grad_transfer = start_hop(held_grad.data, grad_hop_name, step.hop + 1);
-    if (more) finish_hop(transfer, incoming.data);
-    finish_hop(grad_transfer, incoming_grad.data);
-    if (more) std::swap(held, incoming);
-    std::swap(held_grad, incoming_grad);
+    grad_transfer = start_hop(sum.data, grad_hop_name, step.hop + 1);
+    grad_in_flight = true;
+    if (more) {
+      finish_hop(transfer, incoming.data);
+      std::swap(held, incoming);
+    }
   }
+  // This rank's own blocks' gradients, summed over every rank, from the previous one.
+  KvBlock& own = sums[size() % 2];
+  receive(own.data);
+  wait(grad_transfer);
   for (int j = 0; j < 2; ++j) {
     copy_positions(dq, j * c, dqs[j], 0, c, true);
-    copy_positions(dk, j * c, held_grad.k(j), 0, c, true);
-    copy_positions(dv, j * c, held_grad.v(j), 0, c, true);
+    copy_positions(dk, j * c, own.k(j), 0, c, true);
+    copy_positions(dv, j * c, own.v(j), 0, c, true);
   }
   stats_.seconds += watch.seconds();
 }

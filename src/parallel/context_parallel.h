@@ -12,9 +12,11 @@
 // while its tiles are computed (the transfer overlaps the compute), each query chunk against each
 // key chunk at or before it: the diagonal causal, earlier chunks whole, later ones skipped. The
 // partial results are merged by log-sum-exp (the flash running max and sum carried across
-// blocks). The backward sends the blocks round again with their key/value gradients, which
-// travel with them and reach their owner after one more hop. The order of every sum is fixed, so
-// the same layout twice is bitwise identical.
+// blocks). The backward sends the blocks round again; each rank computes its share of the block
+// in hand's key/value gradients while the sum of the earlier ranks' shares arrives, adds it and
+// sends the sum on, so that it reaches the block's owner after one more hop and only the last
+// hop's transfer is not hidden behind products. The order of every sum is fixed, so the same
+// layout twice is bitwise identical.
 #pragma once
 
 #include <cstdint>
@@ -99,7 +101,10 @@ class ContextParallel {
  private:
   struct Hop;
   Hop start_hop(const Tensor& block, std::string_view what, int hop);
-  void finish_hop(Hop& hop, Tensor& received);
+  // From the previous rank (blocked time counted as exposed), and the wait for a send's peer.
+  void receive(Tensor& received);
+  void wait(Hop& hop);
+  void finish_hop(Hop& hop, Tensor& received);  // receive, then wait
 
   Communicator* group_ = nullptr;
   bool logging_ = false;

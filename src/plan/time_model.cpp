@@ -104,8 +104,9 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
   // Context parallelism's ring (parallel/context_parallel.h): per layer cp − 1 hops of the
   // key/value block (both chunks, 2·b·s·kv/t elements) forward, each hidden behind its 1/cp of
   // the attention core; in the backward as many again behind 2/cp of it, and cp hops of the
-  // block's gradients, which Lattice sends in f32 after the products (exposed) and Megatron-LM's
-  // TransformerEngine in the activation dtype alongside the next block's (hidden like the rest).
+  // block's gradient sums (f32 in Lattice, the activation dtype in Megatron-LM's
+  // TransformerEngine): each arrives while the next block's share is computed, except the last,
+  // to the block's owner, which nothing follows.
   if (layout.cp > 1) {
     const double n = double(layout.cp);
     const Transport link = cp_transport(layout, setup.cluster.gpus_per_node);
@@ -118,7 +119,7 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
     const double grad_hop = hop(block * (lattice ? 4.0 : setup.bytes().activation));
     const double forward = (n - 1) * std::max(0.0, kv_hop - core / n);
     const double backward = (n - 1) * std::max(0.0, kv_hop - 2.0 * core / n);
-    const double grads = lattice ? n * grad_hop : n * std::max(0.0, grad_hop - 2.0 * core / n);
+    const double grads = (n - 1) * std::max(0.0, grad_hop - 2.0 * core / n) + grad_hop;
     cost.cp_communication = forward + backward + grads;
     if (layout.recompute == Recompute::kFull) cost.cp_communication += forward;
   }
