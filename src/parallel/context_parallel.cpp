@@ -155,14 +155,12 @@ void ContextParallel::take_local_positions(Tensor& local, const Tensor& full) co
 
 struct ContextParallel::Hop {
   Communicator::SendHandle send;
-  bool active = false;
 };
 
 ContextParallel::Hop ContextParallel::start_hop(const Tensor& block, std::string_view what,
                                                 int hop) {
   const int n = size(), r = rank();
   Hop h;
-  h.active = true;
   h.send = group_->send_async(block, (r + 1) % n);
   ++stats_.hops;
   stats_.bytes += int64_t(block.nbytes());
