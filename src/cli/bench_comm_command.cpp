@@ -34,7 +34,7 @@ struct BenchCommArgs {
   std::string calibrate;  // file to write the fitted profile to
   std::string profile;    // measured profile to price kAuto with instead of fitting one
   std::vector<std::string> collectives{"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                       "reduce"};
+                                       "reduce",     "all_to_all"};
   int64_t min_bytes = int64_t(4) << 10;
   int64_t max_bytes = int64_t(256) << 20;
   double seconds_per_size = 0.05;  // timed iterations per size target about this long
@@ -46,7 +46,7 @@ Collective parse_collective(const std::string& name) {
   }
   LATTICE_THROW(ValueError,
                 "unknown collective '{}' ---> HINT: all_reduce, reduce_scatter, all_gather, "
-                "broadcast or reduce",
+                "broadcast, reduce or all_to_all",
                 name);
 }
 
@@ -58,6 +58,7 @@ float contribution(int rank, int64_t index) {
 struct Buffers {
   std::vector<float> input, output;
   int64_t in_count = 0, out_count = 0;
+  std::vector<int64_t> per_rank;  // all_to_all: the block each peer gets (count / n each)
 };
 
 // Sizes as nccl-tests counts them: the full vector (comm_stats.h).
@@ -67,6 +68,7 @@ Buffers make_buffers(Collective c, int64_t count, int n) {
   b.out_count = c == Collective::kReduceScatter ? count / n : count;
   b.input.resize(size_t(b.in_count));
   b.output.resize(size_t(b.out_count));
+  if (c == Collective::kAllToAll) b.per_rank.assign(size_t(n), count / n);
   return b;
 }
 
@@ -90,6 +92,9 @@ void call(Communicator& comm, Collective c, Buffers& b, Algorithm a) {
       break;
     case Collective::kReduce:
       comm.reduce(b.input.data(), b.output.data(), b.in_count, DType::kF32, 0, ReduceOp::kSum, o);
+      break;
+    case Collective::kAllToAll:
+      comm.all_to_all(b.input.data(), b.per_rank, b.output.data(), b.per_rank, DType::kF32, o);
       break;
     default:
       LATTICE_CHECK(false);
@@ -131,6 +136,14 @@ int64_t verify(Communicator& comm, Collective c, Buffers& b, Algorithm a) {
         for (int64_t i = 0; i < b.out_count; ++i) wrong += b.output[size_t(i)] != sum(i);
       }
       break;
+    case Collective::kAllToAll: {
+      // Block q of the output is rank q's block r.
+      const int64_t block = b.out_count / n;
+      for (int64_t i = 0; i < b.out_count; ++i) {
+        wrong += b.output[size_t(i)] != contribution(int(i / block), r * block + i % block);
+      }
+      break;
+    }
     default:
       break;
   }
@@ -186,12 +199,12 @@ void run_bench(Communicator& comm, const BenchCommArgs& args) {
   say(fmt::format("# lattice bench comm: transport {}, {} ranks",
                   transport_name(comm.transport_kind()), n));
   say(fmt::format("# baseline: single-thread memcpy of 64 MiB: {:.2f} GB/s", memcpy_bw / 1e9));
-  std::vector<Algorithm> algorithms = comm.tuner().candidates(Collective::kAllReduce);
   // (collective, bytes, algorithm) -> seconds, for the fit and for judging kAuto.
   std::map<std::tuple<Collective, int64_t, Algorithm>, double> measured;
   int64_t total_wrong = 0;
   for (const std::string& name : args.collectives) {
     const Collective c = parse_collective(name);
+    const std::vector<Algorithm>& algorithms = comm.tuner().candidates(c);
     const double factor = bus_bandwidth_factor(c, n);
     say(fmt::format("#\n# {}  (busbw = algbw x {:.3f})", name, factor));
     say(fmt::format("# {:>10} {:>10} {:>6} {:>7} {:>11} {:>11} {:>11} {:>7}", "size", "count",
@@ -249,6 +262,8 @@ void run_bench(Communicator& comm, const BenchCommArgs& args) {
   double worst = 1;
   for (const std::string& name : args.collectives) {
     const Collective c = parse_collective(name);
+    const std::vector<Algorithm>& algorithms = comm.tuner().candidates(c);
+    if (algorithms.size() == 1) continue;  // nothing to choose between
     for (int64_t bytes = args.min_bytes * 2; bytes < args.max_bytes; bytes *= 4) {
       const int64_t count = bytes / 4 / n * n;
       Buffers buffers = make_buffers(c, count, n);
@@ -273,6 +288,7 @@ void run_bench(Communicator& comm, const BenchCommArgs& args) {
   }
   say(fmt::format("# worst tuner choice: {:.1f}% slower than the best measured",
                   (worst - 1) * 100));
+  const std::vector<Algorithm>& algorithms = comm.tuner().candidates(Collective::kAllReduce);
   auto allreduce_64m =
       measured.find({Collective::kAllReduce, int64_t(64) << 20, algorithms.front()});
   if (allreduce_64m != measured.end() && lead) {

@@ -102,6 +102,46 @@ void validate_call(const CallSpec& call, int group_rank, int group_size, bool ha
       break;
     case Collective::kBarrier:
       break;
+    case Collective::kAllToAll: {
+      LATTICE_CHECK(call.send_counts != nullptr && call.recv_counts != nullptr,
+                    "{}: per-rank counts missing", where);
+      int64_t sent = 0, received = 0;
+      for (int j = 0; j < n; ++j) {
+        if (call.send_counts[j] < 0 || call.recv_counts[j] < 0) {
+          LATTICE_THROW(ShapeError, "{}: negative count for rank {} (send {}, recv {})", where, j,
+                        call.send_counts[j], call.recv_counts[j]);
+        }
+        sent += call.send_counts[j];
+        received += call.recv_counts[j];
+      }
+      if (sent != call.send_count || received != call.recv_count) {
+        LATTICE_THROW(ShapeError,
+                      "{}: the per-rank counts sum to {} sent and {} received, but the buffers "
+                      "hold {} and {} ---> HINT: size the input and output to the sums of the "
+                      "counts",
+                      where, sent, received, call.send_count, call.recv_count);
+      }
+      if (call.send_counts[group_rank] != call.recv_counts[group_rank]) {
+        LATTICE_THROW(ShapeError,
+                      "{}: this rank sends itself {} elements but expects {} ---> HINT: the block "
+                      "a rank keeps has one count",
+                      where, call.send_counts[group_rank], call.recv_counts[group_rank]);
+      }
+      if (overlaps(call.send, send_bytes, call.recv, recv_bytes)) {
+        LATTICE_THROW(ValueError,
+                      "{}: input and output overlap ---> HINT: pass a separate output buffer",
+                      where);
+      }
+      break;
+    }
+  }
+  const bool pairwise_only = call.collective == Collective::kAllToAll;
+  const Algorithm forced = call.options.algorithm;
+  if (forced != Algorithm::kAuto && pairwise_only != (forced == Algorithm::kPairwise)) {
+    LATTICE_THROW(ValueError,
+                  "{}: algorithm '{}' does not run this collective ---> HINT: all_to_all runs "
+                  "'pairwise' (or auto); the others ring, hd, tree, native or auto",
+                  where, algorithm_name(forced));
   }
   if ((call.collective == Collective::kBroadcast || call.collective == Collective::kReduce) &&
       (call.root < 0 || call.root >= n)) {

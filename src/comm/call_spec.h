@@ -20,6 +20,10 @@ struct CallSpec {
   int root = 0;  // broadcast, reduce: group rank
   int peer = 0;  // send, recv: group rank
   CollectiveOptions options;
+  // all_to_all: elements to (from) each group rank, n entries each; send_count and recv_count
+  // are their sums. Blocks lie in rank order in the input (output).
+  const int64_t* send_counts = nullptr;
+  const int64_t* recv_counts = nullptr;
 };
 
 // Throws ShapeError (counts, divisibility), DTypeError, or ValueError (roots, peers, aliasing,

@@ -22,6 +22,9 @@ void stage(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t
 void* offset(void* base, int64_t elements, DType dtype) {
   return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dtype);
 }
+const void* offset(const void* base, int64_t elements, DType dtype) {
+  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dtype);
+}
 
 }  // namespace
 
@@ -143,6 +146,27 @@ void Communicator::run_algorithm(const CallSpec& call, Algorithm algorithm, uint
       tree_reduce(ex, nullptr, 0);
       ex.next_phase();
       tree_broadcast(ex, nullptr, 0);
+      return;
+    }
+    case Collective::kAllToAll: {
+      // Step s: to r + s, from r - s. Each step's send is posted before its receive, so two
+      // ranks exchanging with each other never wait on one another. Empty blocks are sent too:
+      // a rank expecting another length then fails at once, naming both ranks.
+      std::vector<int64_t> send_at(size_t(n) + 1, 0), recv_at(size_t(n) + 1, 0);
+      for (int j = 0; j < n; ++j) {
+        send_at[size_t(j) + 1] = send_at[size_t(j)] + call.send_counts[j];
+        recv_at[size_t(j) + 1] = recv_at[size_t(j)] + call.recv_counts[j];
+      }
+      stage(offset(call.send, send_at[size_t(rank_)], call.dtype), call.dtype,
+            offset(call.recv, recv_at[size_t(rank_)], call.dtype), call.dtype,
+            call.send_counts[rank_]);
+      for (int s = 1; s < n; ++s) {
+        const int to = (rank_ + s) % n, from = (rank_ - s + n) % n;
+        PendingSendPtr sent =
+            ex.send(to, s, call.send, send_at[size_t(to)], send_at[size_t(to) + 1]);
+        ex.recv(from, s, call.recv, recv_at[size_t(from)], recv_at[size_t(from) + 1]);
+        sent->wait(deadline);
+      }
       return;
     }
     case Collective::kSend:

@@ -11,6 +11,7 @@ double bus_bandwidth_factor(Collective collective, int group_size) {
       return 2 * (n - 1) / n;
     case Collective::kReduceScatter:
     case Collective::kAllGather:
+    case Collective::kAllToAll:
       return (n - 1) / n;
     default:
       return 1;

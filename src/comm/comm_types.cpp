@@ -26,6 +26,8 @@ std::string_view collective_name(Collective c) {
       return "send";
     case Collective::kRecv:
       return "recv";
+    case Collective::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -42,6 +44,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "tree";
     case Algorithm::kNative:
       return "native";
+    case Algorithm::kPairwise:
+      return "pairwise";
   }
   return "?";
 }
@@ -62,7 +66,7 @@ Algorithm parse_algorithm(std::string_view name) {
   for (int i = 0; i < kAlgorithmCount; ++i) {
     if (algorithm_name(Algorithm(i)) == name) return Algorithm(i);
   }
-  LATTICE_THROW(ValueError, "unknown algorithm '{}' ---> HINT: use auto, ring, hd, tree or native",
+  LATTICE_THROW(ValueError, "unknown algorithm '{}' ---> HINT: use auto, ring, hd, tree, native or pairwise",
                 name);
 }
 

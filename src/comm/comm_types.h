@@ -19,15 +19,20 @@ enum class Collective : uint8_t {
   kBarrier,
   kSend,
   kRecv,
+  // Every rank sends block j of its input to rank j and receives block i of rank i's; blocks
+  // may differ in length per peer (MPI_Alltoallv): expert parallelism's dispatch and combine.
+  kAllToAll,
 };
-inline constexpr int kCollectiveCount = 8;
+inline constexpr int kCollectiveCount = 9;
 
 // kAuto asks the tuner (tuner.h) for the cheapest algorithm at the call's size. kTree is a
 // binomial tree (depth ceil(log2 n), latency-bound sizes); kHalvingDoubling is Rabenseifner's
 // recursive halving (reduce-scatter) and doubling (all-gather) with the MPICH fix-up for group
-// sizes that are not a power of two; kNative is the MPI library's own collective (mpi only).
-enum class Algorithm : uint8_t { kAuto, kRing, kHalvingDoubling, kTree, kNative };
-inline constexpr int kAlgorithmCount = 5;
+// sizes that are not a power of two; kNative is the MPI library's own collective (mpi only);
+// kPairwise is all_to_all's only algorithm: at step s rank r sends to r + s and receives from
+// r - s, n - 1 steps with one message each way.
+enum class Algorithm : uint8_t { kAuto, kRing, kHalvingDoubling, kTree, kNative, kPairwise };
+inline constexpr int kAlgorithmCount = 6;
 
 // kThreads: in-process ranks; kMpi: one rank per process under mpirun / srun; kGloo: one rank per
 // process under `lattice launch`, on Gloo's TCP point-to-point (gloo_transport.h).

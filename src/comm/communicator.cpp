@@ -180,6 +180,27 @@ void Communicator::recv(void* data, int64_t count, DType dtype, int peer,
   execute({Collective::kRecv, nullptr, data, 0, count, dtype, ReduceOp::kSum, 0, peer, options});
 }
 
+void Communicator::all_to_all(const void* input, const std::vector<int64_t>& send_counts,
+                              void* output, const std::vector<int64_t>& recv_counts, DType dtype,
+                              const CollectiveOptions& options) {
+  if (send_counts.size() != size_t(size()) || recv_counts.size() != size_t(size())) {
+    LATTICE_THROW(ShapeError,
+                  "all_to_all on group '{}': {} send and {} receive counts for {} ranks ---> "
+                  "HINT: pass one count per rank of the group",
+                  name_, send_counts.size(), recv_counts.size(), size());
+  }
+  int64_t sent = 0, received = 0;
+  for (size_t j = 0; j < send_counts.size(); ++j) {
+    sent += send_counts[j];
+    received += recv_counts[j];
+  }
+  CallSpec call{Collective::kAllToAll, input, output, sent, received, dtype, ReduceOp::kSum, 0, 0,
+                options};
+  call.send_counts = send_counts.data();
+  call.recv_counts = recv_counts.data();
+  execute(call);
+}
+
 void Communicator::barrier(const CollectiveOptions& options) {
   execute(
       {Collective::kBarrier, nullptr, nullptr, 0, 0, DType::kF32, ReduceOp::kSum, 0, 0, options});
@@ -207,7 +228,9 @@ void Communicator::execute(const CallSpec& call) {
   if (call.collective == Collective::kBarrier && algorithm != Algorithm::kNative) {
     algorithm = Algorithm::kTree;
   }
-  const bool empty = bytes == 0 && call.collective != Collective::kBarrier;
+  // An all_to_all is never skipped: this rank may send nothing and still receive.
+  const bool empty = bytes == 0 && call.collective != Collective::kBarrier &&
+                     call.collective != Collective::kAllToAll;
   if (!empty) {
     try {
       run_algorithm(call, algorithm, seq, deadline);
@@ -219,7 +242,10 @@ void Communicator::execute(const CallSpec& call) {
   stats_.record(call.collective, algorithm, bytes, seconds);
   const bool retuned = config_.algorithms == AlgorithmChoice::kRetunedAfterWindow ||
                        config_.algorithms == AlgorithmChoice::kRetunedAtStepBoundary;
+  // One candidate (all_to_all, barrier): nothing to switch to. all_to_all's sizes also differ
+  // by rank, so its windows would not close at the same call on every rank.
   if (automatic && retuned && !empty && size() > 1 &&
+      tuner_.candidates(call.collective).size() > 1 &&
       tuner_.observe(call.collective, algorithm, bytes, seconds)) {
     if (config_.algorithms == AlgorithmChoice::kRetunedAfterWindow) {
       retune_if_slow(call.collective, bytes);
@@ -231,6 +257,7 @@ void Communicator::execute(const CallSpec& call) {
 
 Algorithm Communicator::planned_algorithm(Collective collective, size_t bytes) const {
   if (config_.algorithms == AlgorithmChoice::kPinned) {
+    if (collective == Collective::kAllToAll) return Algorithm::kPairwise;
     return collective == Collective::kBarrier ? Algorithm::kTree : Algorithm::kRing;
   }
   return tuner_.choose(collective, bytes);

@@ -104,6 +104,13 @@ class Communicator {
               const CollectiveOptions& options = {});
   void reduce(const void* input, void* output, int64_t count, DType dtype, int root, ReduceOp op,
               const CollectiveOptions& options = {});
+  // Block j of `input` (send_counts[j] elements) goes to group rank j, block i of `output`
+  // (recv_counts[i]) comes from rank i; blocks lie in rank order. One count per rank of the
+  // group, matching the peers' (rank i's send_counts[j] is rank j's recv_counts[i]): a rank
+  // that expects another length gets a CommError naming both. Pairwise exchange.
+  void all_to_all(const void* input, const std::vector<int64_t>& send_counts, void* output,
+                  const std::vector<int64_t>& recv_counts, DType dtype,
+                  const CollectiveOptions& options = {});
   // Tagged point-to-point: a send matches the recv from this rank with the same tag, in order.
   void send(const Tensor& data, int peer, const CollectiveOptions& options = {});
   void send(const void* data, int64_t count, DType dtype, int peer,

@@ -42,6 +42,8 @@ Counts algorithm_counts(Collective c, Algorithm a, int group_size) {
     case Collective::kReduce:
       if (a == Algorithm::kTree) return {depth, depth};
       return {lg + depth, share + 1};
+    case Collective::kAllToAll:  // pairwise: n - 1 steps, all but the own block leaves
+      return {n - 1, share};
     default:
       return {depth, 0};
   }

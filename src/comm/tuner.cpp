@@ -13,6 +13,7 @@ Tuner::Tuner(TransportKind transport, int group_size, CostProfile profile)
 }
 
 const std::vector<Algorithm>& Tuner::candidates(Collective collective) const {
+  if (collective == Collective::kAllToAll) return all_to_all_candidates_;
   return collective == Collective::kBarrier ? barrier_candidates_ : candidates_;
 }
 

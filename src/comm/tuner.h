@@ -72,6 +72,7 @@ class Tuner {
   CostProfile profile_;
   std::vector<Algorithm> candidates_;
   std::vector<Algorithm> barrier_candidates_{Algorithm::kTree};
+  std::vector<Algorithm> all_to_all_candidates_{Algorithm::kPairwise};
   std::map<std::tuple<Collective, int, Algorithm>, double> scale_;  // (collective, bucket, algo)
   std::map<std::pair<Collective, int>, Window> windows_;
 };

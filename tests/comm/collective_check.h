@@ -35,9 +35,48 @@ inline std::vector<int64_t> test_counts(int n, bool per_rank) {
   return {0, 1, 2 * n + 1, kLargeCount + 3};
 }
 
+// all_to_all: elements rank `from` sends rank `to`, uneven and sometimes zero; `scale` sets the
+// size (0: mostly empty blocks).
+inline int64_t all_to_all_count(int from, int to, int64_t scale) {
+  return (from * 3 + to * 5) % 4 * scale + (from + to) % 2;
+}
+
+// all_to_all over every dtype and three sizes: block j of rank i's input is contributions(i,
+// j·kLargeCount, count(i, j)); rank r must receive exactly rank i's block r from each rank i.
+inline int check_all_to_all_bitwise(Communicator& comm, Algorithm algorithm) {
+  const int n = comm.size(), r = comm.rank();
+  CollectiveOptions options;
+  options.algorithm = algorithm;
+  options.timeout = std::chrono::milliseconds(20000);
+  int checks = 0;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t scale : {int64_t(0), int64_t(1), kLargeCount / n}) {
+      std::vector<int64_t> send_counts, recv_counts;
+      std::vector<float> input, expected;
+      for (int j = 0; j < n; ++j) {
+        send_counts.push_back(all_to_all_count(r, j, scale));
+        recv_counts.push_back(all_to_all_count(j, r, scale));
+        auto mine = contributions(r, j * kLargeCount, send_counts.back());
+        input.insert(input.end(), mine.begin(), mine.end());
+        auto theirs = contributions(j, r * kLargeCount, recv_counts.back());
+        expected.insert(expected.end(), theirs.begin(), theirs.end());
+      }
+      auto in = encode(input, dtype);
+      auto got = encode(std::vector<float>(expected.size(), -99.0f), dtype);
+      comm.all_to_all(in.data(), send_counts, got.data(), recv_counts, dtype, options);
+      EXPECT_EQ(first_mismatch(got, encode(expected, dtype), dtype), -1)
+          << "all_to_all " << algorithm_name(algorithm) << " n=" << n << " rank=" << r
+          << " scale=" << scale << " " << dtype_name(dtype);
+      ++checks;
+    }
+  }
+  return checks;
+}
+
 // Runs every case on this rank (all ranks of `comm` call it alike); returns the cases checked.
 inline int check_collective_bitwise(Communicator& comm, Collective collective,
                                     Algorithm algorithm) {
+  if (collective == Collective::kAllToAll) return check_all_to_all_bitwise(comm, algorithm);
   const int n = comm.size(), r = comm.rank();
   const bool per_rank =
       collective == Collective::kReduceScatter || collective == Collective::kAllGather;

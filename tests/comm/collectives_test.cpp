@@ -41,6 +41,50 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Range(1, 9)),
     param_name);
 
+INSTANTIATE_TEST_SUITE_P(AllToAll, CollectiveTest,
+                         ::testing::Combine(::testing::Values(Collective::kAllToAll),
+                                            ::testing::Values(Algorithm::kPairwise,
+                                                              Algorithm::kAuto),
+                                            ::testing::Range(1, 9)),
+                         param_name);
+
+// A rank that expects another length from a peer than the peer sends fails at once with an
+// error naming both ranks, instead of reading a wrong block.
+TEST(CollectiveAllToAll, MismatchedCountsNameBothRanks) {
+  std::atomic<int> errors{0};
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> input(8, 1.0f), output(8);
+    // Rank 0 sends rank 1 three elements; rank 1 expects four.
+    const std::vector<int64_t> send = comm.rank() == 0 ? std::vector<int64_t>{2, 3}
+                                                       : std::vector<int64_t>{4, 2};
+    const std::vector<int64_t> recv = comm.rank() == 0 ? std::vector<int64_t>{2, 4}
+                                                       : std::vector<int64_t>{4, 2};
+    CollectiveOptions options;
+    options.timeout = std::chrono::milliseconds(3000);
+    try {
+      comm.all_to_all(input.data(), send, output.data(), recv, DType::kF32, options);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.find("rank 0 sent 12 bytes where rank 1 expected 16") != std::string::npos) ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), 1);
+}
+
+// The statistics count the bytes this rank sends, its own block included (nccl-tests' size).
+TEST(CollectiveAllToAll, StatisticsCountTheBytesSent) {
+  run_ranks(3, [](Communicator& comm) {
+    const std::vector<int64_t> counts(3, int64_t(comm.rank()) + 1);
+    std::vector<float> input(size_t(3 * (comm.rank() + 1)), float(comm.rank()));
+    std::vector<float> output(6);
+    comm.all_to_all(input.data(), counts, output.data(), {1, 2, 3}, DType::kF32);
+    const CollectiveTotals t = comm.stats().totals(Collective::kAllToAll);
+    EXPECT_EQ(t.calls, 1u);
+    EXPECT_EQ(t.bytes, uint64_t(input.size() * sizeof(float)));
+    EXPECT_EQ(output, (std::vector<float>{0, 1, 1, 2, 2, 2}));
+  });
+}
+
 // bf16 sums accumulate in fp32: 256 + 1 + 1 - 2 is 256, but rounding each partial sum to bf16
 // (257 -> 256) would give 254 for some orders of accumulation.
 TEST(CollectiveBf16, SumAccumulatesInFp32) {

@@ -107,10 +107,11 @@ TEST_P(GlooCollectiveTest, EveryCollectiveAndAlgorithmMatchesTheReferenceBitwise
     for (Collective c : kCollectives) {
       for (Algorithm a : kAlgorithms) checks += testing::check_collective_bitwise(comm, c, a);
     }
+    checks += testing::check_collective_bitwise(comm, Collective::kAllToAll, Algorithm::kAuto);
   });
   // Per rank and algorithm: 4 counts x 2 dtypes x 2 ops for the three reducing collectives,
-  // x 1 op for all_gather and broadcast.
-  EXPECT_EQ(checks.load(), n * 4 * (3 * 16 + 2 * 8));
+  // x 1 op for all_gather and broadcast; all_to_all: 3 sizes x 2 dtypes.
+  EXPECT_EQ(checks.load(), n * (4 * (3 * 16 + 2 * 8) + 6));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, GlooCollectiveTest, ::testing::Values(2, 3, 4),

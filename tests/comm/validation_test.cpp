@@ -54,5 +54,32 @@ TEST(CommValidation, RefusesIndivisibleAndAliasedScatterGather) {
   });
 }
 
+TEST(CommValidation, RefusesBadAllToAllCalls) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<float> in(8), out(8);
+    const std::vector<int64_t> two = {2, 2};
+    EXPECT_THROW(comm.all_to_all(in.data(), {2, 2, 2}, out.data(), two, DType::kF32), ShapeError);
+    EXPECT_THROW(comm.all_to_all(in.data(), {-1, 3}, out.data(), two, DType::kF32), ShapeError);
+    // The block a rank keeps for itself has one length.
+    const std::vector<int64_t> own = comm.rank() == 0 ? std::vector<int64_t>{3, 2}
+                                                      : std::vector<int64_t>{2, 3};
+    EXPECT_THROW(comm.all_to_all(in.data(), own, out.data(), two, DType::kF32), ShapeError);
+    EXPECT_THROW(comm.all_to_all(in.data(), two, in.data() + 2, two, DType::kF32), ValueError);
+    CollectiveOptions ring;
+    ring.algorithm = Algorithm::kRing;
+    try {
+      comm.all_to_all(in.data(), two, out.data(), two, DType::kF32, ring);
+      ADD_FAILURE() << "all_to_all forced to ring";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("all_to_all runs 'pairwise'"), std::string::npos)
+          << e.what();
+    }
+    CollectiveOptions pairwise;
+    pairwise.algorithm = Algorithm::kPairwise;
+    EXPECT_THROW(comm.all_reduce(in.data(), 4, DType::kF32, ReduceOp::kSum, pairwise), ValueError);
+    EXPECT_EQ(comm.sequence(), 0u);
+  });
+}
+
 }  // namespace
 }  // namespace lattice

@@ -35,6 +35,7 @@ TEST(MpiCollectives, WorldEveryCollectiveAndAlgorithmBitwise) {
           << collective_name(c) << " " << algorithm_name(a);
     }
   }
+  EXPECT_GT(testing::check_collective_bitwise(world, Collective::kAllToAll, Algorithm::kAuto), 0);
 }
 
 // Groups of sizes 1, 2 and 3 carved out of the world, each checked in full.
@@ -52,6 +53,8 @@ TEST(MpiCollectives, SubgroupsEveryCollectiveAndAlgorithmBitwise) {
             << group->name() << " " << collective_name(c) << " " << algorithm_name(a);
       }
     }
+    EXPECT_GT(testing::check_collective_bitwise(*group, Collective::kAllToAll, Algorithm::kAuto),
+              0);
   }
   world.barrier();
 }
