@@ -70,6 +70,27 @@ void ModelConfig::validate() const {
   if (position == PositionKind::kRope && head_size() % 2 != 0) {
     LATTICE_THROW(ConfigError, "rotary positions need an even head size, got {}", head_size());
   }
+  if (n_experts < 0) LATTICE_THROW(ConfigError, "model.n_experts = {} must be >= 0", n_experts);
+  if (moe()) {
+    if (family != ModelFamily::kLlama) {
+      LATTICE_THROW(ConfigError,
+                    "model.n_experts = {} on the {} family ---> HINT: mixture-of-experts layers "
+                    "follow Mixtral's layout: set model.family = \"llama\" (or model.preset = "
+                    "\"mixtral-tiny\")",
+                    n_experts, family_name(family));
+    }
+    if (experts_per_token < 1 || experts_per_token > n_experts) {
+      LATTICE_THROW(ConfigError,
+                    "model.experts_per_token = {} must be between 1 and model.n_experts = {}",
+                    experts_per_token, n_experts);
+    }
+    if (!(moe_aux_loss >= 0.0f) || !(moe_z_loss >= 0.0f) || !(capacity_factor >= 0.0f)) {
+      LATTICE_THROW(ConfigError,
+                    "model.moe_aux_loss = {}, model.moe_z_loss = {} and model.capacity_factor = "
+                    "{} must be >= 0 (capacity_factor 0: dropless)",
+                    moe_aux_loss, moe_z_loss, capacity_factor);
+    }
+  }
   if (vocab_size > 65536) {
     LATTICE_THROW(ConfigError,
                   "model.vocab_size = {} exceeds 65536, the limit of uint16 token files",
@@ -85,13 +106,22 @@ ModelConfig model_preset(std::string_view name) {
   }
   if (name == "shakespeare-char") return gpt2("shakespeare-char", 4, 4, 128, 256, 64);
   if (name == "llama-tiny") return llama("llama-tiny", 2, 4, 2, 64, 176, 256, 64);
+  if (name == "mixtral-tiny") {
+    // Mixtral's shape scaled down: 4 experts of 96 hidden features, top-2, per layer.
+    ModelConfig c = llama("mixtral-tiny", 2, 4, 2, 64, 96, 256, 64);
+    c.n_experts = 4;
+    c.experts_per_token = 2;
+    c.moe_aux_loss = 0.01f;
+    c.moe_z_loss = 0.001f;
+    return c;
+  }
   std::string valid;
   for (const auto& n : model_preset_names()) valid += valid.empty() ? n : ", " + n;
   LATTICE_THROW(ConfigError, "unknown model preset '{}' ---> HINT: use one of {}", name, valid);
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"gpt2-124m", "gpt2-tiny", "llama-tiny", "shakespeare-char"};
+  return {"gpt2-124m", "gpt2-tiny", "llama-tiny", "mixtral-tiny", "shakespeare-char"};
 }
 
 }  // namespace lattice

@@ -176,6 +176,25 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
       add_kv(h + "self_attn.v_proj");
       add_row(h + "self_attn.o_proj", C, C, q_cols);
       add_norm(h + "post_attention_layernorm");
+      if (c.moe()) {
+        // Mixtral: the router is replicated (every tp rank routes the same tokens); each
+        // expert's w1 (gate) and w3 (up) are column-parallel and w2 (down) row-parallel, as the
+        // dense MLP's maps. No biases.
+        const std::string moe = h + "block_sparse_moe.";
+        add(moe + "gate.weight", {c.n_experts, C}, ParamInit::kNormal, true, replicated_shard(),
+            false);
+        for (int64_t e = 0; e < c.n_experts; ++e) {
+          const std::string expert = fmt::format("{}experts.{}.", moe, e);
+          add(expert + "w1.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}), false);
+          add(expert + "w2.weight", {C, F}, ParamInit::kResidualNormal, true, split(1, {ff_cols}),
+              false);
+          if (c.mlp == MlpKind::kSwiglu) {
+            add(expert + "w3.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}),
+                false);
+          }
+        }
+        continue;
+      }
       if (c.mlp == MlpKind::kSwiglu) {
         add_column(h + "mlp.gate_proj", C, F, {ff_cols}, ParamInit::kNormal);
       }

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <cstring>
 #include <optional>
 
 #include "core/kernel_profile.h"
@@ -11,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/normalization.h"
 #include "kernels/rope.h"
+#include "model/moe_router.h"
 
 namespace lattice {
 
@@ -124,6 +126,11 @@ struct Transformer::Layer {
   Linear up;                // GELU: c_fc; SwiGLU: the "up" branch (column-parallel)
   Linear gate;              // SwiGLU only (column-parallel)
   Linear down;              // MLP output projection (row-parallel)
+  // Mixture of experts: the router and each expert's maps (w1: the gate, or GELU's input; w3:
+  // SwiGLU's up; w2: down), indexed by expert. up, gate and down above stay unused.
+  bool moe = false;
+  Linear router;
+  std::vector<Linear> expert_gate, expert_up, expert_down;
 };
 
 // One micro-batch's activations (forward), in its slot. Shapes use the letters of
@@ -145,7 +152,13 @@ struct Transformer::Activations {
     Tensor mid;                      // (R, C) f32: residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;
     Tensor ln2_full;
-    Tensor up, gate, act;  // (N, H) cdt: pre-activation(s) and the activation
+    Tensor up, gate, act;  // (N, H) cdt: pre-activation(s) and the activation; (M, H) under MoE
+    // Mixture of experts: the router's logits and probabilities (N, E) f32 and logsumexp (N),
+    // the routing, the dispatched rows of ln2_full (M, C) cdt and the experts' outputs (M, C)
+    // f32, M = N · k packed rows (fewer used when a capacity drops some).
+    Tensor router_logits, router_probs, router_lse;
+    Tensor dispatched, expert_out;
+    Routing routing;
   };
   // (L + 1) entries (R, C) f32, defined for the held chunks' layers: input of layer l; entry L
   // is the final output. A chunk's input and output are its first and last entries.
@@ -182,8 +195,12 @@ struct Transformer::Scratch {
   Tensor dq, dk, dv;        // gradients of q, k, v after rotary
   Tensor dq_in, dk_in;      // before rotary (RoPE only)
   Tensor dqkv;              // GPT-2 only
-  Tensor dact, dup, dgate;  // (N, H) cdt
+  Tensor dact, dup, dgate;  // (N, H) cdt; (M, H) under MoE
   Tensor dlogits;           // (N, W) cdt (bf16 only; f32 reuses logits)
+  // Mixture of experts: gradients of the experts' outputs (M, C) cdt, of the dispatched rows
+  // (M, C) f32, of the gates (N · k) f32 and of the router's logits (N, E) f32 and as a matmul
+  // operand (cdt; alias when f32).
+  Tensor dexpert_out, ddispatched, dgates, drouter, drouter_c;
   // Recompute: one layer's forward buffers shared by all layers and slots (full), or only the
   // attention core's (selective).
   Activations::PerLayer recomputed;
@@ -243,6 +260,31 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, 
       }
       layer.out = find_linear(r, h + "self_attn.o_proj", false);
       layer.norm2 = find_norm(r, h + "post_attention_layernorm");
+      if (config_.moe()) {
+        const std::string moe = h + "block_sparse_moe.";
+        layer.moe = true;
+        layer.router = find_linear(r, moe + "gate", false);
+        for (int64_t e = 0; e < config_.n_experts; ++e) {
+          const std::string expert = fmt::format("{}experts.{}.", moe, e);
+          // One profile row per map for all experts: "gemm expert w1 fwd".
+          auto expert_linear = [&](const char* map) {
+            Linear lin = find_linear(r, expert + map, false);
+            lin.profile_forward = fmt::format("gemm expert {} fwd", map);
+            lin.profile_input_grad = fmt::format("gemm expert {} dx", map);
+            lin.profile_weight_grad = fmt::format("gemm expert {} dw", map);
+            return lin;
+          };
+          if (config_.mlp == MlpKind::kSwiglu) {
+            layer.expert_gate.push_back(expert_linear("w1"));
+            layer.expert_up.push_back(expert_linear("w3"));
+          } else {
+            layer.expert_up.push_back(expert_linear("w1"));
+          }
+          layer.expert_down.push_back(expert_linear("w2"));
+        }
+        layers_.push_back(layer);
+        continue;
+      }
       if (config_.mlp == MlpKind::kSwiglu) layer.gate = find_linear(r, h + "mlp.gate_proj", false);
       layer.up = find_linear(r, h + "mlp.up_proj", false);
       layer.down = find_linear(r, h + "mlp.down_proj", false);
@@ -263,6 +305,8 @@ Transformer::~Transformer() = default;
 struct Transformer::Sizes {
   bool sp = false;  // sequence parallelism over more than one rank
   int64_t N = 0, R = 0, C = 0, H = 0, HS = 0, QH = 0, KH = 0, Q = 0, K = 0;
+  int64_t M = 0;  // rows of the MLP's hidden state: N, or N · k packed rows under MoE
+  int64_t E = 0;  // experts (0: dense)
 };
 
 Transformer::Sizes Transformer::sizes(int64_t B, int64_t T) const {
@@ -278,6 +322,8 @@ Transformer::Sizes Transformer::sizes(int64_t B, int64_t T) const {
   z.KH = heads.kv_heads;
   z.Q = z.QH * z.HS;
   z.K = z.KH * z.HS;
+  z.E = config_.n_experts;
+  z.M = config_.moe() ? z.N * config_.experts_per_token : z.N;
   return z;
 }
 
@@ -291,6 +337,26 @@ Tensor Transformer::gathered_rows(const Tensor& rows, Shape full) const {
              ? activation_buffer(std::move(full), rows.dtype())
              : rows;
 }
+
+namespace {
+
+// A layer's MLP buffers: the hidden state's pre-activation(s) and activation, and under MoE the
+// router's and the dispatch's.
+template <class Alloc, class PerLayer>
+void alloc_mlp(Alloc alloc, PerLayer& p, int64_t N, int64_t M, int64_t C, int64_t H, int64_t E,
+               DType cdt, bool swiglu) {
+  p.up = alloc(Shape{M, H}, cdt);
+  if (swiglu) p.gate = alloc(Shape{M, H}, cdt);
+  p.act = alloc(Shape{M, H}, cdt);
+  if (E == 0) return;
+  p.router_logits = alloc(Shape{N, E}, DType::kF32);
+  p.router_probs = alloc(Shape{N, E}, DType::kF32);
+  p.router_lse = alloc(Shape{N}, DType::kF32);
+  p.dispatched = alloc(Shape{M, C}, cdt);
+  p.expert_out = alloc(Shape{M, C}, DType::kF32);
+}
+
+}  // namespace
 
 Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int64_t T) {
   LATTICE_CHECK(slot >= 0 && slot < 1024, "activation slot {}", slot);
@@ -353,9 +419,7 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
     p.ln2_mean = alloc({R}, DType::kF32);
     p.ln2_rstd = alloc({R}, DType::kF32);
     p.ln2_full = gathered(p.ln2, {N, C});
-    p.up = alloc({N, H}, cdt);
-    if (swiglu) p.gate = alloc({N, H}, cdt);
-    p.act = alloc({N, H}, cdt);
+    alloc_mlp(alloc, p, N, z.M, C, H, z.E, cdt, swiglu);
   }
   if (part.has_head()) {
     const int64_t W = registry_.at(lm_head_).local_shape[0];
@@ -405,9 +469,16 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
     w->dk_in = alloc({B, T, KH, HS}, cdt);
   }
   if (c.family == ModelFamily::kGpt2) w->dqkv = alloc({N, Q + 2 * K}, cdt);
-  w->dact = alloc({N, H}, cdt);
-  w->dup = alloc({N, H}, cdt);
-  if (c.mlp == MlpKind::kSwiglu) w->dgate = alloc({N, H}, cdt);
+  w->dact = alloc({z.M, H}, cdt);
+  w->dup = alloc({z.M, H}, cdt);
+  if (c.mlp == MlpKind::kSwiglu) w->dgate = alloc({z.M, H}, cdt);
+  if (c.moe()) {
+    w->dexpert_out = alloc({z.M, C}, cdt);
+    w->ddispatched = alloc({z.M, C}, DType::kF32);
+    w->dgates = alloc({N * c.experts_per_token}, DType::kF32);
+    w->drouter = alloc({N, z.E}, DType::kF32);
+    w->drouter_c = cdt == DType::kF32 ? w->drouter : alloc({N, z.E}, cdt);
+  }
   if (cdt != DType::kF32 && part.has_head()) {
     w->dlogits = alloc({N, registry_.at(lm_head_).local_shape[0]}, cdt);
   }
@@ -431,9 +502,7 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
     p.ln2_mean = alloc({R}, DType::kF32);
     p.ln2_rstd = alloc({R}, DType::kF32);
     p.ln2_full = gathered(p.ln2, {N, C});
-    p.up = alloc({N, H}, cdt);
-    if (swiglu) p.gate = alloc({N, H}, cdt);
-    p.act = alloc({N, H}, cdt);
+    alloc_mlp(alloc, p, N, z.M, C, H, z.E, cdt, swiglu);
   }
   scratch_ = std::move(w);
   return *scratch_;
@@ -601,12 +670,12 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
     }
     if (c.position == PositionKind::kLearned) add_positions(x, a.first_row, T);
   }
+  ForwardResult result;
   for (int64_t l = part.first_layer; l < part.last_layer; ++l) {
     if (hooks != nullptr) hooks->before_forward(l);
-    layer_forward(a, w, l);
+    result.router_loss_sum += layer_forward(a, w, l);
     if (hooks != nullptr) hooks->after_forward(l);
   }
-  ForwardResult result;
   if (!part.head) return result;
 
   Norm lnf{lnf_w_, lnf_b_};
@@ -633,7 +702,7 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
   return result;
 }
 
-void Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
+double Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
   const bool sp = tp_.sequence_parallel() && tp_.size() > 1;
@@ -670,14 +739,19 @@ void Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
   // MLP block: out = mid + down(act(up(norm2(mid)))).
   norm_forward(c, s, L.norm2, p.ln2, p.ln2_mean, p.ln2_rstd, p.mid);
   if (sp) tp_.all_gather_rows(p.ln2_full, p.ln2, fmt::format("layer {} ln_2 (fwd)", l));
-  linear_forward(s, L.up, p.up, p.ln2_full);
-  if (c.mlp == MlpKind::kGelu) {
-    gelu_forward(p.act, p.up);
+  double router_loss = 0.0;
+  if (L.moe) {
+    router_loss = moe_forward(a, w, l);
   } else {
-    linear_forward(s, L.gate, p.gate, p.ln2_full);
-    swiglu_forward(p.act, p.gate, p.up);
+    linear_forward(s, L.up, p.up, p.ln2_full);
+    if (c.mlp == MlpKind::kGelu) {
+      gelu_forward(p.act, p.up);
+    } else {
+      linear_forward(s, L.gate, p.gate, p.ln2_full);
+      swiglu_forward(p.act, p.gate, p.up);
+    }
+    linear_forward(s, L.down, w.proj_full, p.act, false);
   }
-  linear_forward(s, L.down, w.proj_full, p.act, false);
   if (sp) {
     tp_.reduce_scatter_rows(w.proj, w.proj_full, fmt::format("layer {} mlp out (fwd)", l));
   } else {
@@ -685,6 +759,181 @@ void Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
   }
   if (L.down.bias >= 0) bias_forward(w.proj, s.master(L.down.bias));
   add(a.residual[size_t(l) + 1], p.mid, w.proj);
+  return router_loss;
+}
+
+namespace {
+
+// Row `row` of a (rows, C) f32 or bf16 tensor as f32.
+void read_row(const Tensor& t, int64_t row, float* out) {
+  const int64_t C = t.dim(1);
+  if (t.dtype() == DType::kF32) {
+    const float* src = t.data<float>() + row * C;
+    std::copy(src, src + C, out);
+  } else {
+    convert(static_cast<const std::byte*>(t.raw_data()) + size_t(row * C) * dtype_size(t.dtype()),
+            t.dtype(), out, DType::kF32, C);
+  }
+}
+
+void write_row(Tensor& t, int64_t row, const float* in) {
+  const int64_t C = t.dim(1);
+  if (t.dtype() == DType::kF32) {
+    std::copy(in, in + C, t.data<float>() + row * C);
+  } else {
+    convert(in, DType::kF32,
+            static_cast<std::byte*>(t.raw_data()) + size_t(row * C) * dtype_size(t.dtype()),
+            t.dtype(), C);
+  }
+}
+
+}  // namespace
+
+double Transformer::moe_forward(Activations& a, Scratch& w, int64_t l) {
+  const ModelConfig& c = config_;
+  const ParameterStore& s = store_;
+  const Layer& L = layers_[size_t(l)];
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  const int64_t N = a.N, C = c.d_model, E = c.n_experts, k = c.experts_per_token;
+  // Route: every tp rank holds the whole ln2_full and the same router, so routes alike.
+  linear_forward(s, L.router, p.router_logits, p.ln2_full);
+  route_tokens(c, p.router_logits.data<float>(), N, a.T, p.routing, p.router_probs.data<float>(),
+               p.router_lse.data<float>());
+  const Routing& r = p.routing;
+  const int64_t M = r.rows();
+  // Dispatch: each packed row is a copy of its token's row.
+  {
+    const size_t row_bytes = size_t(C) * dtype_size(p.ln2_full.dtype());
+    const auto* from = static_cast<const std::byte*>(p.ln2_full.raw_data());
+    auto* to = static_cast<std::byte*>(p.dispatched.raw_data());
+    for (int64_t m = 0; m < M; ++m) {
+      std::memcpy(to + size_t(m) * row_bytes, from + size_t(r.token_of_row[size_t(m)]) * row_bytes,
+                  row_bytes);
+    }
+  }
+  // Each expert on its rows.
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
+    if (begin == end) continue;
+    const Tensor x = p.dispatched.slice_rows(begin, end);
+    Tensor up = p.up.slice_rows(begin, end);
+    linear_forward(s, L.expert_up[size_t(e)], up, x);
+    if (c.mlp == MlpKind::kSwiglu) {
+      Tensor gate = p.gate.slice_rows(begin, end);
+      linear_forward(s, L.expert_gate[size_t(e)], gate, x);
+    }
+  }
+  if (M > 0) {
+    Tensor act = p.act.slice_rows(0, M);
+    if (c.mlp == MlpKind::kGelu) {
+      gelu_forward(act, p.up.slice_rows(0, M));
+    } else {
+      swiglu_forward(act, p.gate.slice_rows(0, M), p.up.slice_rows(0, M));
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
+    if (begin == end) continue;
+    Tensor out = p.expert_out.slice_rows(begin, end);
+    linear_forward(s, L.expert_down[size_t(e)], out, p.act.slice_rows(begin, end));
+  }
+  // Combine: each token's experts weighted by their gates, in slot order.
+  w.proj_full.zero_();
+  float* y = w.proj_full.data<float>();
+  const float* out = p.expert_out.data<float>();
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t slot = 0; slot < k; ++slot) {
+      const int32_t m = r.row[size_t(t * k + slot)];
+      if (m < 0) continue;
+      const float g = r.gate[size_t(t * k + slot)];
+      const float* o = out + int64_t(m) * C;
+      for (int64_t i = 0; i < C; ++i) y[t * C + i] += g * o[i];
+    }
+  }
+  return router_loss_sum(c, r, p.router_probs.data<float>(), p.router_lse.data<float>(), a.T);
+}
+
+void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
+  const ModelConfig& c = config_;
+  const ParameterStore& s = store_;
+  const Layer& L = layers_[size_t(l)];
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  const int64_t N = a.N, C = c.d_model, E = c.n_experts, k = c.experts_per_token;
+  const Routing& r = p.routing;
+  const int64_t M = r.rows();
+  // Gates and experts' outputs: y_t = Σ g · out_m, so dg = dy_t · out_m and dout_m = g · dy_t.
+  float* dgates = w.dgates.data<float>();
+  const float* out = p.expert_out.data<float>();
+  std::vector<float> dy(static_cast<size_t>(C)), dout(static_cast<size_t>(C));
+  for (int64_t t = 0; t < N; ++t) {
+    read_row(w.dy_full, t, dy.data());
+    for (int64_t slot = 0; slot < k; ++slot) {
+      const size_t i = size_t(t * k + slot);
+      const int32_t m = r.row[i];
+      dgates[i] = 0.0f;
+      if (m < 0) continue;
+      const float* o = out + int64_t(m) * C;
+      double dot = 0.0;
+      for (int64_t j = 0; j < C; ++j) {
+        dot += double(dy[size_t(j)]) * o[j];
+        dout[size_t(j)] = r.gate[i] * dy[size_t(j)];
+      }
+      dgates[i] = float(dot);
+      write_row(w.dexpert_out, m, dout.data());
+    }
+  }
+  // Each tp rank's experts' outputs are partial sums over its hidden features: so is dg.
+  tp_.all_reduce(w.dgates, fmt::format("layer {} router gates (bwd)", l));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
+    if (begin == end) continue;
+    Tensor dact = w.dact.slice_rows(begin, end);
+    const Tensor dy_e = w.dexpert_out.slice_rows(begin, end);
+    linear_backward_input(s, L.expert_down[size_t(e)], dact, false, dy_e);
+    linear_backward_weight(s, L.expert_down[size_t(e)], dy_e, p.act.slice_rows(begin, end));
+  }
+  if (M > 0) {
+    Tensor dup = w.dup.slice_rows(0, M);
+    dup.zero_();
+    if (c.mlp == MlpKind::kGelu) {
+      gelu_backward(dup, w.dact.slice_rows(0, M), p.up.slice_rows(0, M));
+    } else {
+      Tensor dgate = w.dgate.slice_rows(0, M);
+      dgate.zero_();
+      swiglu_backward(dgate, dup, w.dact.slice_rows(0, M), p.gate.slice_rows(0, M),
+                      p.up.slice_rows(0, M));
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
+    if (begin == end) continue;
+    const Tensor x = p.dispatched.slice_rows(begin, end);
+    Tensor dx = w.ddispatched.slice_rows(begin, end);
+    const Tensor dup = w.dup.slice_rows(begin, end);
+    linear_backward_input(s, L.expert_up[size_t(e)], dx, false, dup);
+    linear_backward_weight(s, L.expert_up[size_t(e)], dup, x);
+    if (c.mlp == MlpKind::kSwiglu) {
+      const Tensor dgate = w.dgate.slice_rows(begin, end);
+      linear_backward_input(s, L.expert_gate[size_t(e)], dx, true, dgate);
+      linear_backward_weight(s, L.expert_gate[size_t(e)], dgate, x);
+    }
+  }
+  // Combine the dispatched rows' gradients into their tokens', in row order.
+  w.dln_full.zero_();
+  float* dln = w.dln_full.data<float>();
+  const float* dx = w.ddispatched.data<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    float* to = dln + int64_t(r.token_of_row[size_t(m)]) * C;
+    for (int64_t j = 0; j < C; ++j) to[j] += dx[m * C + j];
+  }
+  // Router: its logits' gradient from the gates' and the router losses'. Every tp rank holds
+  // the same (the gates' gradient was summed), so its input gradient is added once, on rank 0,
+  // to the partial sums that the norm's reduction adds up.
+  router_backward(c, r, p.router_probs.data<float>(), p.router_lse.data<float>(), dgates, a.T,
+                  backward_loss_scale_, w.drouter.data<float>());
+  copy_unless_alias(w.drouter_c, w.drouter);
+  linear_backward_weight(s, L.router, w.drouter_c, p.ln2_full);
+  if (tp_.rank() == 0) linear_backward_input(s, L.router, w.dln_full, true, w.drouter_c);
 }
 
 Tensor& Transformer::chunk_input(int chunk, int slot, int64_t B, int64_t T) {
@@ -708,6 +957,13 @@ Tensor& Transformer::chunk_output_grad(int chunk, int slot, int64_t B, int64_t T
 const Tensor& Transformer::chunk_input_grad(int chunk, int slot) const {
   LATTICE_CHECK(size_t(slot) < slots_.size() && slots_[size_t(slot)], "slot {} never used", slot);
   return slots_[size_t(slot)]->input_grad.at(size_t(chunk));
+}
+
+const Routing* Transformer::routing(int64_t layer, int slot) const {
+  if (layer < 0 || layer >= config_.n_layer || !layers_[size_t(layer)].moe) return nullptr;
+  if (size_t(slot) >= slots_.size() || !slots_[size_t(slot)]) return nullptr;
+  const Routing& r = slots_[size_t(slot)]->layer[size_t(layer)].routing;
+  return r.expert_begin.empty() ? nullptr : &r;
 }
 
 const Tensor& Transformer::logits() const {
@@ -760,7 +1016,10 @@ void Transformer::report_grads_ready(std::initializer_list<int> params) const {
 void Transformer::report_layer_grads_ready(const Layer& L) const {
   report_grads_ready({L.norm1.weight, L.norm1.bias, L.out.weight, L.out.bias, L.norm2.weight,
                       L.norm2.bias, L.up.weight, L.up.bias, L.gate.weight, L.gate.bias,
-                      L.down.weight, L.down.bias});
+                      L.down.weight, L.down.bias, L.router.weight});
+  for (const std::vector<Linear>* maps : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
+    for (const Linear& map : *maps) report_grads_ready({map.weight});
+  }
   for (const Linear& q : L.qkv) report_grads_ready({q.weight, q.bias});
 }
 
@@ -773,8 +1032,12 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
   LATTICE_CHECK(
       chunk >= 0 && chunk < chunk_count() && size_t(slot) < slots_.size() && slots_[size_t(slot)],
       "backward of chunk {} slot {} before its forward", chunk, slot);
+  LATTICE_CHECK(!defer_weights || !config_.moe(),
+                "deferred weight gradients (zero-bubble schedules) are not built for "
+                "mixture-of-experts layers");
   Activations& a = *slots_[size_t(slot)];
   Scratch& w = scratch(a.B, a.T);
+  backward_loss_scale_ = loss_scale;
   const LayerChunk& part = registry_.part().chunks[size_t(chunk)];
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
@@ -939,20 +1202,24 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
     if (!defer_weights) linear_backward_weight(s, lin, dy, x, bias_grad);
   };
 
-  backward_linear(L.down, w.dact, false, w.dy_full, p.act, false);
-  if (keep) keep->dy_mlp.copy_from(w.dy_full);
-  w.dup.zero_();
-  if (c.mlp == MlpKind::kGelu) {
-    gelu_backward(w.dup, w.dact, p.up);
-    backward_linear(L.up, w.dln_full, false, w.dup, p.ln2_full, true);
+  if (L.moe) {
+    moe_backward(a, w, l);
   } else {
-    w.dgate.zero_();
-    swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up);
-    backward_linear(L.gate, w.dln_full, false, w.dgate, p.ln2_full, true);
-    backward_linear(L.up, w.dln_full, true, w.dup, p.ln2_full, true);
-    if (keep) keep->dgate.copy_from(w.dgate);
+    backward_linear(L.down, w.dact, false, w.dy_full, p.act, false);
+    if (keep) keep->dy_mlp.copy_from(w.dy_full);
+    w.dup.zero_();
+    if (c.mlp == MlpKind::kGelu) {
+      gelu_backward(w.dup, w.dact, p.up);
+      backward_linear(L.up, w.dln_full, false, w.dup, p.ln2_full, true);
+    } else {
+      w.dgate.zero_();
+      swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up);
+      backward_linear(L.gate, w.dln_full, false, w.dgate, p.ln2_full, true);
+      backward_linear(L.up, w.dln_full, true, w.dup, p.ln2_full, true);
+      if (keep) keep->dgate.copy_from(w.dgate);
+    }
+    if (keep) keep->dup.copy_from(w.dup);
   }
-  if (keep) keep->dup.copy_from(w.dup);
   reduce_dln(fmt::format("layer {} ln_2 (bwd)", l));
   norm_backward(c, s, L.norm2, w.dresidual, w.dln, p.mid, p.ln2_mean, p.ln2_rstd);
 

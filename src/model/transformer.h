@@ -18,6 +18,11 @@
 // flight keeps its activations in its own slot, so a schedule can run several forwards before
 // their backwards (1F1B, interleaved). The whole-model forward()/backward() are chunk 0, slot 0.
 //
+// Mixture of experts (model.n_experts > 0, docs/moe.md): each layer's MLP is a router and
+// n_experts SwiGLU (or GELU) experts; a token's rows are dispatched to its top-k experts as
+// packed rows (model/moe_router.h), the experts run on their rows, and the outputs are combined
+// weighted by the gates. Under tensor parallelism each expert is split as the dense MLP is.
+//
 // Mixed precision (compute dtype bf16): matmul operands (normalised activations, q/k/v, the MLP
 // hidden state, the weights' compute copy) are bf16; the residual stream, norm statistics,
 // logits, losses and every parameter gradient are f32. With compute dtype f32 all is f32.
@@ -30,6 +35,7 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/moe_router.h"
 #include "model/parameter_hooks.h"
 #include "model/parameters.h"
 #include "parallel/context_parallel.h"
@@ -49,6 +55,9 @@ namespace lattice {
 struct ForwardResult {
   double loss_sum = 0.0;    // sum of token losses of the micro-batch
   int64_t token_count = 0;  // targets that count (not ignored)
+  // Mixture of experts: the routers' losses of the chunk's layers (model/moe_router.h), a sum
+  // to be divided by the global token count like loss_sum; trained on, reported apart.
+  double router_loss_sum = 0.0;
 };
 
 class Transformer {
@@ -104,6 +113,9 @@ class Transformer {
   Tensor& chunk_output_grad(int chunk, int slot, int64_t B, int64_t T);
   const Tensor& chunk_input_grad(int chunk, int slot) const;
   int chunk_count() const { return int(registry_.part().chunks.size()); }
+  // Mixture of experts: how the last forward in activation `slot` routed layer `layer`'s tokens
+  // (nullptr for a dense or not held layer, or before any forward).
+  const Routing* routing(int64_t layer, int slot = 0) const;
   // Logits of the last forward: f32 (B·T, V). Only without tensor parallelism (a tp rank holds
   // a vocabulary slice).
   const Tensor& logits() const;
@@ -140,7 +152,14 @@ class Transformer {
   Tensor gathered_rows(const Tensor& rows, Shape full) const;
   Activations& slot_activations(int slot, int64_t B, int64_t T);
   Scratch& scratch(int64_t B, int64_t T);
-  void layer_forward(Activations& a, Scratch& w, int64_t l);
+  // Returns the layer's router losses (0 for a dense layer).
+  double layer_forward(Activations& a, Scratch& w, int64_t l);
+  // The sparse MLP of a mixture-of-experts layer: w.proj_full = Σ gate · expert(ln2_full) per
+  // token (partial over tp, like the dense MLP's output); returns the router losses.
+  double moe_forward(Activations& a, Scratch& w, int64_t l);
+  // From w.dy_full to w.dln_full (the partial gradient of ln2_full) and the router's and the
+  // experts' weight gradients.
+  void moe_backward(Activations& a, Scratch& w, int64_t l);
   void layer_backward(Activations& a, Scratch& w, int64_t l, bool defer_weights);
   void layer_backward_weights(Activations& a, int64_t l);
   void report_grads_ready(std::initializer_list<int> params) const;
@@ -161,6 +180,7 @@ class Transformer {
   ContextParallel cp_;
   bool cp_on_ = true;
   Recompute recompute_ = Recompute::kNone;
+  float backward_loss_scale_ = 1.0f;  // of the backward in progress (the router losses')
   ParameterRegistry registry_;
   ParameterStore store_;
   std::vector<Layer> layers_;  // (L), the held ones filled in

@@ -57,6 +57,7 @@ void ModelPipelineStage::forward(int mb, int chunk) {
   const TokenBatch& batch = batches_[size_t(mb)];
   ForwardResult r = model_.forward_chunk(chunk, slot(mb, chunk, true), batch.inputs, batch.targets);
   loss_sum_ += r.loss_sum;
+  router_loss_sum_ += r.router_loss_sum;
   token_count_ += r.token_count;
 }
 

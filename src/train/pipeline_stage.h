@@ -37,6 +37,7 @@ class ModelPipelineStage : public PipelineStage {
   Tensor& output_grad(int micro_batch, int chunk) override;
 
   double loss_sum() const { return loss_sum_; }
+  double router_loss_sum() const { return router_loss_sum_; }  // this stage's sparse layers
   int64_t token_count() const { return token_count_; }  // the loss's tokens (last stage)
 
  private:
@@ -47,6 +48,7 @@ class ModelPipelineStage : public PipelineStage {
   int slots_;
   float loss_scale_;
   double loss_sum_ = 0.0;
+  double router_loss_sum_ = 0.0;
   int64_t token_count_ = 0;
   std::vector<std::vector<int>> occupant_;  // [chunk][slot]: micro-batch in flight, or -1
 };

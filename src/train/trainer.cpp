@@ -7,6 +7,7 @@
 #include "core/rank_progress.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
+#include "model/moe_router.h"
 #include "parallel/rank_sum.h"
 #include "trace/event_recorder.h"
 #include "train/grad_norm.h"
@@ -114,6 +115,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   // context parallelism).
   validate_tensor_parallel(config_.model, {tp_size_, tp_rank_, parallel_.sequence_parallel});
   validate_context_parallel(cp_size_, config_.seq_len);
+  validate_moe_layout(config_.model, cp_size_,
+                      pp_size_ > 1 && parallel_.schedule == ScheduleKind::kZeroBubbleH1);
   const int64_t local_seq_len = config_.seq_len / cp_size_;
   if (parallel_.sequence_parallel && (config_.micro_batch * local_seq_len) % tp_size_ != 0) {
     LATTICE_THROW(ConfigError,
@@ -259,6 +262,7 @@ double Trainer::run_micro_batches(double global_tokens, StepMetrics& parts) {
     parts.forward_ms += forward_watch.milliseconds();
     forward_scope.finish();
     loss_sum += r.loss_sum;
+    router_loss_sum_ += r.router_loss_sum;
     if (mb == 0 && before_backward_) before_backward_();
     report_phase(Phase::kBackward);
     TraceScope backward_scope("backward", TraceCategory::kCompute, {{"micro_batch", mb}});
@@ -304,7 +308,11 @@ double Trainer::run_pipeline(double global_tokens) {
       parallel_.embedding->all_reduce(grad, ReduceOp::kSum);
     }
   }
-  return sum_over_ranks(*parallel_.pp, {stage.loss_sum()})[0];
+  // Every stage holding sparse layers adds its routers' losses.
+  const std::vector<double> sums =
+      sum_over_ranks(*parallel_.pp, {stage.loss_sum(), stage.router_loss_sum()});
+  router_loss_sum_ = sums[1];
+  return sums[0];
 }
 
 // Nothing is in flight between steps, so a group whose collectives ran slower than predicted
@@ -334,10 +342,16 @@ StepMetrics Trainer::train_step() {
   const double global_tokens = double(config_.global_batch * config_.seq_len);
   StepMetrics m;
   const double exposed_before = sync_->stats().exposed_seconds;
+  router_loss_sum_ = 0.0;
   double loss_sum =
       pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens, m);
   // Over the replicas: dp ranks hold other rows, cp ranks other positions of the same rows.
-  if (replica_size() > 1) loss_sum = sum_over_ranks(*parallel_.dp, {loss_sum})[0];
+  if (replica_size() > 1) {
+    const std::vector<double> sums =
+        sum_over_ranks(*parallel_.dp, {loss_sum, router_loss_sum_});
+    loss_sum = sums[0];
+    router_loss_sum_ = sums[1];
+  }
   // Every tp rank computed the whole loss; replicated parameters' partial gradients are summed.
   model_->reduce_partial_grads();
   m.exposed_comm_ms = 1e3 * (sync_->stats().exposed_seconds - exposed_before);
@@ -358,6 +372,7 @@ StepMetrics Trainer::train_step() {
 
   m.step = step_;
   m.loss = loss_sum / global_tokens;
+  m.router_loss = router_loss_sum_ / global_tokens;
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.ms = watch.milliseconds();

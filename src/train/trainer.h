@@ -29,6 +29,9 @@ namespace lattice {
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the number of updates done after this step
   double loss = 0.0;
+  // Mixture of experts: the routers' losses (balance and z), trained on with the loss above and
+  // reported apart from it (0 for a dense model).
+  double router_loss = 0.0;
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping
   double ms = 0.0;
@@ -166,6 +169,7 @@ class Trainer {
   int cp_size_ = 1, cp_rank_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
   int pp_size_ = 1, pp_rank_ = 0;
+  double router_loss_sum_ = 0.0;  // this step's, summed as the step goes (mixture of experts)
   Schedule pipeline_schedule_;
   std::unique_ptr<PipelineRuntime> runtime_;
   std::vector<TokenBatch> pipeline_batches_;  // (micro_batches): alive until their backward
