@@ -33,8 +33,8 @@ struct BenchCommArgs {
   int ranks = 2;
   std::string calibrate;  // file to write the fitted profile to
   std::string profile;    // measured profile to price kAuto with instead of fitting one
-  std::vector<std::string> collectives{"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                       "reduce",     "all_to_all"};
+  std::vector<std::string> collectives{"all_reduce", "reduce_scatter", "all_gather",
+                                       "broadcast",  "reduce",         "all_to_all"};
   int64_t min_bytes = int64_t(4) << 10;
   int64_t max_bytes = int64_t(256) << 20;
   double seconds_per_size = 0.05;  // timed iterations per size target about this long

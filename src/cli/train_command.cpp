@@ -23,6 +23,7 @@
 #include "elastic/elastic_rank.h"
 #include "elastic/rank_session.h"
 #include "forecast/forecast.h"
+#include "model/moe_router.h"
 #include "model/parameters.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -115,6 +116,8 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   // Everything that can be checked before a rank starts is checked here, once.
   validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});
   validate_context_parallel(layout.cp, config.seq_len);
+  validate_moe_layout(config.model, layout.cp,
+                      layout.pp > 1 && layout.schedule == ScheduleKind::kZeroBubbleH1);
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {

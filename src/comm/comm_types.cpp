@@ -66,7 +66,8 @@ Algorithm parse_algorithm(std::string_view name) {
   for (int i = 0; i < kAlgorithmCount; ++i) {
     if (algorithm_name(Algorithm(i)) == name) return Algorithm(i);
   }
-  LATTICE_THROW(ValueError, "unknown algorithm '{}' ---> HINT: use auto, ring, hd, tree, native or pairwise",
+  LATTICE_THROW(ValueError,
+                "unknown algorithm '{}' ---> HINT: use auto, ring, hd, tree, native or pairwise",
                 name);
 }
 

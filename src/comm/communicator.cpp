@@ -194,8 +194,8 @@ void Communicator::all_to_all(const void* input, const std::vector<int64_t>& sen
     sent += send_counts[j];
     received += recv_counts[j];
   }
-  CallSpec call{Collective::kAllToAll, input, output, sent, received, dtype, ReduceOp::kSum, 0, 0,
-                options};
+  CallSpec call{Collective::kAllToAll, input, output, sent,   received, dtype,
+                ReduceOp::kSum,        0,     0,      options};
   call.send_counts = send_counts.data();
   call.recv_counts = recv_counts.data();
   execute(call);

@@ -27,6 +27,12 @@ constexpr double kStragglerFactor = 1.5;
 constexpr int kGrowthSteps = 10;
 constexpr double kFragmentation = 0.5;
 constexpr double kExposedShare = 0.3;
+// Mixture of experts, over a run's last steps: an expert below this share of its layer's mean
+// load is starved (the router collapsed), a rank whose experts take this many times the median
+// rank's tokens computes for the others.
+constexpr size_t kExpertWindow = 10;
+constexpr double kStarvedShare = 0.1;
+constexpr double kRankLoadFactor = 1.5;
 
 // A number of a record; NaN for null, which is how JSON writers store NaN and infinity.
 double number(const nlohmann::json& record, const char* key) {
@@ -249,9 +255,92 @@ CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir)
   return r;
 }
 
+namespace {
+
+// Mixture of experts: the routers over the run's last steps. Loads are summed over the ranks
+// (each routes its own tokens) and over the window, per layer.
+CheckResult check_experts(const RunMetrics& run) {
+  CheckResult r = result("run-experts", "Tokens per expert (mixture of experts)");
+  // (layer) -> tokens per expert over the window, all ranks; per rank: tokens its experts got.
+  std::map<int64_t, std::vector<double>> loads;
+  std::vector<double> rank_totals;
+  int64_t first_step = 0, last_step = 0;
+  for (const auto& records : run.records) {
+    double total = 0;
+    const size_t from = records.size() > kExpertWindow ? records.size() - kExpertWindow : 0;
+    for (size_t i = from; i < records.size(); ++i) {
+      const nlohmann::json& j = records[i];
+      if (!j.contains("experts")) continue;
+      const int64_t step = j.at("step").get<int64_t>();
+      first_step = first_step == 0 ? step : std::min(first_step, step);
+      last_step = std::max(last_step, step);
+      for (const nlohmann::json& layer : j.at("experts")) {
+        const auto tokens = layer.at("tokens").get<std::vector<int64_t>>();
+        std::vector<double>& sum = loads[layer.at("layer").get<int64_t>()];
+        sum.resize(tokens.size(), 0.0);
+        for (size_t e = 0; e < tokens.size(); ++e) {
+          sum[e] += double(tokens[e]);
+          total += double(tokens[e]);
+        }
+      }
+    }
+    rank_totals.push_back(total);
+  }
+  if (loads.empty()) {
+    r.saw = "no expert loads in the metrics: a dense model";
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  double worst = 0;
+  for (const auto& [layer, tokens] : loads) {
+    double sum = 0, most = 0, least = std::numeric_limits<double>::infinity();
+    size_t starved = 0;
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      sum += tokens[e];
+      most = std::max(most, tokens[e]);
+      if (tokens[e] < least) {
+        least = tokens[e];
+        starved = e;
+      }
+    }
+    const double mean = sum / double(tokens.size());
+    worst = std::max(worst, mean > 0 ? most / mean : 0.0);
+    if (mean > 0 && least < kStarvedShare * mean && r.verdict == Verdict::kPass) {
+      r.verdict = Verdict::kWarn;
+      r.saw = fmt::format(
+          "steps {}-{}: layer {}'s expert {} received {:.0f} tokens, {:.1f}% of the mean {:.0f} "
+          "(loads {}): routing collapsed onto the other experts",
+          first_step, last_step, layer, starved, least, 100 * least / mean, mean, tokens);
+      r.fix =
+          "raise model.moe_aux_loss (the load-balancing loss, e.g. 0.01 -> 0.05), or lower "
+          "optim.lr in the first steps; model.capacity_factor caps an expert's tokens";
+    }
+  }
+  const double typical = median(rank_totals);
+  for (size_t rank = 0; rank < rank_totals.size() && r.verdict == Verdict::kPass; ++rank) {
+    if (typical > 0 && rank_totals[rank] > kRankLoadFactor * typical) {
+      r.verdict = Verdict::kWarn;
+      r.saw = fmt::format(
+          "steps {}-{}: rank {}'s experts received {:.0f} tokens, {:.1f}× the median rank's "
+          "{:.0f}: that rank computes for the others",
+          first_step, last_step, rank, rank_totals[rank], rank_totals[rank] / typical, typical);
+      r.fix = "raise model.moe_aux_loss so that tokens spread over the experts (and their ranks)";
+    }
+  }
+  if (r.verdict == Verdict::kPass) {
+    r.saw = fmt::format(
+        "steps {}-{}: {} sparse layers, every expert above {:.0f}% of its layer's mean load, "
+        "busiest expert {:.2f}× the mean",
+        first_step, last_step, loads.size(), 100 * kStarvedShare, worst);
+  }
+  return r;
+}
+
+}  // namespace
+
 std::vector<CheckResult> check_run(const RunMetrics& run, const std::filesystem::path& trace_dir) {
-  return {check_losses(run), check_stragglers(run), check_memory_growth(run),
-          check_exposed_comm(run), check_bubble(run, trace_dir)};
+  return {check_losses(run),       check_stragglers(run),        check_memory_growth(run),
+          check_exposed_comm(run), check_bubble(run, trace_dir), check_experts(run)};
 }
 
 }  // namespace lattice::doctor

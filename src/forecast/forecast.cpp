@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "plan/evaluation.h"
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
@@ -81,6 +82,14 @@ plan::TrainingSetup plan_setup(const TrainConfig& config, const plan::Layout& la
 
 nlohmann::json forecast_run(const TrainConfig& given, const plan::ClusterSpec& cluster,
                             const std::string& source) {
+  if (given.model.moe()) {
+    // The planner prices dense MLPs only; a forecast that ignored the experts would mislead.
+    LATTICE_THROW(ConfigError,
+                  "--plan: the planner does not price mixture-of-experts layers yet (model '{}' "
+                  "has {} experts a layer) ---> HINT: train without --plan; the memory table "
+                  "lattice train prints is measured",
+                  given.model.name, given.model.n_experts);
+  }
   TrainConfig config = given;
   config.resolve_batch(config.parallel.dp);
   const plan::Layout layout = plan_layout(config);

@@ -27,9 +27,10 @@ namespace lattice {
 namespace {
 
 constexpr std::string_view kOp = "matmul";
-// Distinct problems a thread keeps prepared. A training step uses a few dozen; the cap only
-// bounds memory if a caller sweeps shapes (e.g. variable sequence lengths).
-constexpr size_t kMaxCachedPrimitives = 256;
+// Distinct problems a thread keeps prepared. A dense training step uses a few dozen, a sparse
+// one a few hundred (each expert's rows come in a few sizes per octave); the cap only bounds
+// memory if a caller sweeps shapes (e.g. variable sequence lengths).
+constexpr size_t kMaxCachedPrimitives = 1024;
 
 // Everything that changes which primitive oneDNN builds: the cache key.
 struct Problem {

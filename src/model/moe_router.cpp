@@ -1,6 +1,7 @@
 #include "model/moe_router.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/error.h"
@@ -24,8 +25,18 @@ void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight
   }
 }
 
+int64_t padded_rows(int64_t rows) {
+  if (rows <= 0) return 0;
+  const int64_t step = std::max<int64_t>(8, int64_t(std::bit_floor(uint64_t(rows))) / 4);
+  return (rows + step - 1) / step * step;
+}
+
+int64_t max_padded_rows(int64_t choices, int64_t experts) {
+  return choices + choices / 4 + 8 * experts;
+}
+
 void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens, int64_t T,
-                  Routing& routing, float* probs, float* lse) {
+                  Routing& routing, float* probs, float* lse, bool padded) {
   const int64_t E = config.n_experts, k = config.experts_per_token;
   LATTICE_CHECK(T > 0 && tokens % T == 0, "routing {} tokens in sequences of {}", tokens, T);
   Routing& r = routing;
@@ -49,9 +60,8 @@ void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens
     lse[t] = top + float(std::log(sum));
     for (int64_t e = 0; e < E; ++e) p[e] = float(std::exp(double(l[e] - top)) / sum);
     for (int64_t e = 0; e < E; ++e) order[size_t(e)] = int32_t(e);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return l[a] > l[b] || (l[a] == l[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
     double chosen_sum = 0.0;
     for (int64_t s = 0; s < k; ++s) chosen_sum += std::exp(double(l[order[size_t(s)]] - top));
     for (int64_t s = 0; s < k; ++s) {
@@ -88,9 +98,13 @@ void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens
   for (int64_t i = 0; i < tokens * k; ++i) {
     if (kept[size_t(i)]) ++r.expert_begin[size_t(r.expert[size_t(i)]) + 1];
   }
-  for (int64_t e = 0; e < E; ++e) r.expert_begin[size_t(e) + 1] += r.expert_begin[size_t(e)];
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t& rows = r.expert_begin[size_t(e) + 1];
+    if (padded) rows = padded_rows(rows);
+    rows += r.expert_begin[size_t(e)];
+  }
   std::vector<int64_t> cursor(r.expert_begin.begin(), r.expert_begin.end() - 1);
-  r.token_of_row.assign(size_t(r.rows()), 0);
+  r.token_of_row.assign(size_t(r.rows()), -1);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t s = 0; s < k; ++s) {
       const size_t i = size_t(t * k + s);

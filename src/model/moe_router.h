@@ -37,7 +37,7 @@ struct Routing {
   std::vector<float> gate;
   std::vector<int32_t> row;
   // Packed rows: those of expert e are [expert_begin[e], expert_begin[e + 1]), in token order;
-  // token_of_row[m] is the token row m carries.
+  // token_of_row[m] is the token row m carries (-1: a padding row, all zeros).
   std::vector<int64_t> expert_begin;
   std::vector<int32_t> token_of_row;
   // Per expert: the choices that picked it (before dropping) and those dropped.
@@ -50,8 +50,17 @@ struct Routing {
 // Routes `tokens` rows of router logits (tokens, E), tokens a multiple of seq_len T (whole
 // sequences). Writes probs (tokens, E): the softmax over all experts, and lse (tokens): the
 // logits' logsumexp.
+// padded: each expert's block of rows is rounded up to a few sizes per octave (padded_rows),
+// the extra rows carrying no token (token_of_row -1): the experts' GEMMs then see few distinct
+// shapes, and oneDNN keeps a prepared primitive per shape instead of building one per step.
 void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens, int64_t T,
-                  Routing& routing, float* probs, float* lse);
+                  Routing& routing, float* probs, float* lse, bool padded = false);
+
+// `rows` rounded up to a multiple of max(8, bit_floor(rows) / 4): at most 25% more, four sizes
+// per octave.
+int64_t padded_rows(int64_t rows);
+// The most packed rows route_tokens(padded) can give for `choices` choices over E experts.
+int64_t max_padded_rows(int64_t choices, int64_t experts);
 
 // The router's losses for these tokens, as a sum to be divided by the global token count like
 // the token losses: coef · T · (balance loss) per sequence plus z coef · lse² per token.

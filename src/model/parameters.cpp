@@ -189,8 +189,7 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
           add(expert + "w2.weight", {C, F}, ParamInit::kResidualNormal, true, split(1, {ff_cols}),
               false);
           if (c.mlp == MlpKind::kSwiglu) {
-            add(expert + "w3.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}),
-                false);
+            add(expert + "w3.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}), false);
           }
         }
         continue;

@@ -291,6 +291,8 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, 
     }
     layers_.push_back(layer);
   }
+  expert_tokens_.assign(size_t(config_.n_layer * config_.n_experts), 0);
+  expert_dropped_.assign(expert_tokens_.size(), 0);
   int64_t partial = 0;
   for (const ParameterSpec& spec : r.specs())
     partial += spec.partial_grad ? spec.local_shape.numel() : 0;
@@ -323,7 +325,7 @@ Transformer::Sizes Transformer::sizes(int64_t B, int64_t T) const {
   z.Q = z.QH * z.HS;
   z.K = z.KH * z.HS;
   z.E = config_.n_experts;
-  z.M = config_.moe() ? z.N * config_.experts_per_token : z.N;
+  z.M = config_.moe() ? max_padded_rows(z.N * config_.experts_per_token, z.E) : z.N;
   return z;
 }
 
@@ -798,17 +800,27 @@ double Transformer::moe_forward(Activations& a, Scratch& w, int64_t l) {
   // Route: every tp rank holds the whole ln2_full and the same router, so routes alike.
   linear_forward(s, L.router, p.router_logits, p.ln2_full);
   route_tokens(c, p.router_logits.data<float>(), N, a.T, p.routing, p.router_probs.data<float>(),
-               p.router_lse.data<float>());
+               p.router_lse.data<float>(), /*padded=*/true);
   const Routing& r = p.routing;
   const int64_t M = r.rows();
+  if (!recomputing_) {
+    for (int64_t e = 0; e < E; ++e) {
+      expert_tokens_[size_t(l * E + e)] += r.chosen[size_t(e)] - r.dropped[size_t(e)];
+      expert_dropped_[size_t(l * E + e)] += r.dropped[size_t(e)];
+    }
+  }
   // Dispatch: each packed row is a copy of its token's row.
   {
     const size_t row_bytes = size_t(C) * dtype_size(p.ln2_full.dtype());
     const auto* from = static_cast<const std::byte*>(p.ln2_full.raw_data());
     auto* to = static_cast<std::byte*>(p.dispatched.raw_data());
     for (int64_t m = 0; m < M; ++m) {
-      std::memcpy(to + size_t(m) * row_bytes, from + size_t(r.token_of_row[size_t(m)]) * row_bytes,
-                  row_bytes);
+      const int32_t t = r.token_of_row[size_t(m)];
+      if (t < 0) {
+        std::memset(to + size_t(m) * row_bytes, 0, row_bytes);  // padding: the experts map 0 to 0
+      } else {
+        std::memcpy(to + size_t(m) * row_bytes, from + size_t(t) * row_bytes, row_bytes);
+      }
     }
   }
   // Each expert on its rows.
@@ -864,6 +876,8 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   // Gates and experts' outputs: y_t = Σ g · out_m, so dg = dy_t · out_m and dout_m = g · dy_t.
   float* dgates = w.dgates.data<float>();
   const float* out = p.expert_out.data<float>();
+  // Padding rows get a zero gradient, so they add nothing to the experts' weight gradients.
+  w.dexpert_out.slice_rows(0, M).zero_();
   std::vector<float> dy(static_cast<size_t>(C)), dout(static_cast<size_t>(C));
   for (int64_t t = 0; t < N; ++t) {
     read_row(w.dy_full, t, dy.data());
@@ -923,6 +937,7 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   float* dln = w.dln_full.data<float>();
   const float* dx = w.ddispatched.data<float>();
   for (int64_t m = 0; m < M; ++m) {
+    if (r.token_of_row[size_t(m)] < 0) continue;
     float* to = dln + int64_t(r.token_of_row[size_t(m)]) * C;
     for (int64_t j = 0; j < C; ++j) to[j] += dx[m * C + j];
   }
@@ -957,6 +972,11 @@ Tensor& Transformer::chunk_output_grad(int chunk, int slot, int64_t B, int64_t T
 const Tensor& Transformer::chunk_input_grad(int chunk, int slot) const {
   LATTICE_CHECK(size_t(slot) < slots_.size() && slots_[size_t(slot)], "slot {} never used", slot);
   return slots_[size_t(slot)]->input_grad.at(size_t(chunk));
+}
+
+void Transformer::reset_expert_counts() {
+  std::fill(expert_tokens_.begin(), expert_tokens_.end(), 0);
+  std::fill(expert_dropped_.begin(), expert_dropped_.end(), 0);
 }
 
 const Routing* Transformer::routing(int64_t layer, int slot) const {
@@ -1152,7 +1172,11 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
   Activations::PerLayer& p = a.layer[size_t(l)];
   // Full recompute: the layer's forward again from its kept input, the same collectives
   // included, so that every buffer below holds what the original forward left there.
-  if (recompute_ == Recompute::kFull) layer_forward(a, w, l);
+  if (recompute_ == Recompute::kFull) {
+    recomputing_ = true;
+    layer_forward(a, w, l);
+    recomputing_ = false;
+  }
   // The partial gradient of a norm's output (N, C) becomes this rank's rows of the sum.
   auto reduce_dln = [&](std::string what) {
     if (sp) {

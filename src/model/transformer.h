@@ -113,6 +113,12 @@ class Transformer {
   Tensor& chunk_output_grad(int chunk, int slot, int64_t B, int64_t T);
   const Tensor& chunk_input_grad(int chunk, int slot) const;
   int chunk_count() const { return int(registry_.part().chunks.size()); }
+  // Mixture of experts: the tokens each expert of each layer received (choices kept) and the
+  // choices a capacity dropped, since the last reset_expert_counts(): (L × E), zero for layers
+  // this rank does not hold; a full recompute's second forward is not counted.
+  const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
+  const std::vector<int64_t>& expert_dropped() const { return expert_dropped_; }
+  void reset_expert_counts();
   // Mixture of experts: how the last forward in activation `slot` routed layer `layer`'s tokens
   // (nullptr for a dense or not held layer, or before any forward).
   const Routing* routing(int64_t layer, int slot = 0) const;
@@ -181,6 +187,8 @@ class Transformer {
   bool cp_on_ = true;
   Recompute recompute_ = Recompute::kNone;
   float backward_loss_scale_ = 1.0f;  // of the backward in progress (the router losses')
+  bool recomputing_ = false;          // a full recompute's forward runs inside backward
+  std::vector<int64_t> expert_tokens_, expert_dropped_;  // (L × E)
   ParameterRegistry registry_;
   ParameterStore store_;
   std::vector<Layer> layers_;  // (L), the held ones filled in

@@ -140,6 +140,21 @@ void RankMetrics::write(const StepMetrics& m, double peak_flops) {
                              {"peak", by_category(memory.peak_by_category)}}},
                            {"comm", std::move(comm)}};
   if (m.val_loss) record["val_loss"] = *m.val_loss;
+  if (!m.expert_layers.empty()) {
+    // Per sparse layer this rank holds: the tokens each expert received this step (doctor
+    // --run's routing check reads them).
+    const size_t E = m.expert_tokens.size() / m.expert_layers.size();
+    nlohmann::json layers = nlohmann::json::array();
+    for (size_t i = 0; i < m.expert_layers.size(); ++i) {
+      const auto first = m.expert_tokens.begin() + std::ptrdiff_t(i * E);
+      const auto dropped = m.expert_dropped.begin() + std::ptrdiff_t(i * E);
+      layers.push_back({{"layer", m.expert_layers[i]},
+                        {"tokens", std::vector<int64_t>(first, first + std::ptrdiff_t(E))},
+                        {"dropped", std::vector<int64_t>(dropped, dropped + std::ptrdiff_t(E))}});
+    }
+    record["router_loss"] = m.router_loss;
+    record["experts"] = std::move(layers);
+  }
   log_.write(record);
   write_seconds_ += watch.seconds();
   step_seconds_ += m.ms / 1e3;

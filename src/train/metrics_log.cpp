@@ -15,6 +15,10 @@ std::string format_progress(const StepMetrics& m, int64_t total_steps, double pe
       "MFU {:.1f}%",
       m.step, width, total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms,
       100.0 * m.model_flops_per_s / peak_flops);
+  if (!m.expert_layers.empty()) {
+    line += fmt::format(" | router {:.4f} | experts max/mean {:.2f}", m.router_loss,
+                        m.expert_imbalance);
+  }
   if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
   if (m.bubble_fraction) line += fmt::format(" | bubble {:.1f}%", 100.0 * *m.bubble_fraction);
   return line;
@@ -48,6 +52,10 @@ void MetricsLog::write(const StepMetrics& m, double peak_flops) {
   if (m.loop_ms > 0) j["loop_ms"] = m.loop_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.bubble_fraction) j["bubble_fraction"] = *m.bubble_fraction;
+  if (!m.expert_layers.empty()) {
+    j["router_loss"] = m.router_loss;
+    j["expert_imbalance"] = m.expert_imbalance;
+  }
   write(j);
 }
 

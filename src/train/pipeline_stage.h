@@ -38,7 +38,7 @@ class ModelPipelineStage : public PipelineStage {
 
   double loss_sum() const { return loss_sum_; }
   double router_loss_sum() const { return router_loss_sum_; }  // this stage's sparse layers
-  int64_t token_count() const { return token_count_; }  // the loss's tokens (last stage)
+  int64_t token_count() const { return token_count_; }         // the loss's tokens (last stage)
 
  private:
   int slot(int micro_batch, int chunk, bool take);

@@ -244,7 +244,13 @@ int64_t Trainer::train_tokens() const {
 
 double Trainer::flops_per_token() const {
   const ModelConfig& c = config_.model;
-  return model_flops_per_token(model_->registry().global_elements(), c.n_layer, c.d_model,
+  // A token meets only its k experts of each layer's E: the others' weights do no work for it.
+  const int64_t matrices = c.mlp == MlpKind::kSwiglu ? 3 : 2;
+  const int64_t idle_experts = c.moe() ? c.n_experts - c.experts_per_token : 0;
+  int64_t held_layers = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) held_layers += model_->registry().part().holds_layer(l);
+  const int64_t idle = held_layers * idle_experts * matrices * c.d_model * c.d_ff;
+  return model_flops_per_token(model_->registry().global_elements() - idle, c.n_layer, c.d_model,
                                config_.seq_len);
 }
 
@@ -343,12 +349,12 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   const double exposed_before = sync_->stats().exposed_seconds;
   router_loss_sum_ = 0.0;
+  model_->reset_expert_counts();
   double loss_sum =
       pp_size_ > 1 ? run_pipeline(global_tokens) : run_micro_batches(global_tokens, m);
   // Over the replicas: dp ranks hold other rows, cp ranks other positions of the same rows.
   if (replica_size() > 1) {
-    const std::vector<double> sums =
-        sum_over_ranks(*parallel_.dp, {loss_sum, router_loss_sum_});
+    const std::vector<double> sums = sum_over_ranks(*parallel_.dp, {loss_sum, router_loss_sum_});
     loss_sum = sums[0];
     router_loss_sum_ = sums[1];
   }
@@ -373,6 +379,7 @@ StepMetrics Trainer::train_step() {
   m.step = step_;
   m.loss = loss_sum / global_tokens;
   m.router_loss = router_loss_sum_ / global_tokens;
+  record_expert_loads(m);
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.ms = watch.milliseconds();
@@ -384,6 +391,29 @@ StepMetrics Trainer::train_step() {
     m.pipeline_idle_ms = 1e3 * pipeline_stats_.wait_seconds;
   }
   return m;
+}
+
+void Trainer::record_expert_loads(StepMetrics& m) const {
+  const ModelConfig& c = config_.model;
+  if (!c.moe()) return;
+  const std::vector<int64_t>& tokens = model_->expert_tokens();
+  const std::vector<int64_t>& dropped = model_->expert_dropped();
+  const int64_t E = c.n_experts;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!model_->registry().part().holds_layer(l)) continue;
+    m.expert_layers.push_back(l);
+    int64_t most = 0, total = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t n = tokens[size_t(l * E + e)];
+      m.expert_tokens.push_back(n);
+      m.expert_dropped.push_back(dropped[size_t(l * E + e)]);
+      most = std::max(most, n);
+      total += n;
+    }
+    if (total > 0) {
+      m.expert_imbalance = std::max(m.expert_imbalance, double(most) * double(E) / double(total));
+    }
+  }
 }
 
 ForwardResult Trainer::pipeline_forward() {

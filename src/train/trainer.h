@@ -32,6 +32,13 @@ struct StepMetrics {
   // Mixture of experts: the routers' losses (balance and z), trained on with the loss above and
   // reported apart from it (0 for a dense model).
   double router_loss = 0.0;
+  // Mixture of experts, this rank's share of the step: for each sparse layer it holds
+  // (expert_layers), the tokens each expert received and the choices a capacity dropped, E per
+  // layer in layer order; expert_imbalance: the largest max / mean of a layer's loads (1:
+  // balanced, E: one expert takes every token).
+  std::vector<int64_t> expert_layers;
+  std::vector<int64_t> expert_tokens, expert_dropped;
+  double expert_imbalance = 0.0;
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping
   double ms = 0.0;
@@ -198,6 +205,8 @@ class Trainer {
   // The loss sum and token count of micro_ through the pipeline's forwards only (evaluation).
   ForwardResult pipeline_forward();
   void retune_collectives();
+  // Mixture of experts: this step's expert loads into m (StepMetrics::expert_tokens).
+  void record_expert_loads(StepMetrics& m) const;
   // The synchroniser of parallel_.dp for the store's ZeRO stage, its hooks set on the model.
   void build_gradient_sync();
 };

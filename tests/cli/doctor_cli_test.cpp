@@ -173,9 +173,10 @@ TEST(DoctorCli, EveryRankOfARunWritesItsMetricsAndTheRunChecksPass) {
       run_cli({LATTICE_EXECUTABLE, "doctor", "--run", out.string(), "--json"}, kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const std::map<std::string, std::string> by_id = verdicts(r.out);
-  EXPECT_EQ(by_id.size(), 5u) << r.out;
+  EXPECT_EQ(by_id.size(), 6u) << r.out;
   EXPECT_EQ(by_id.at("run-loss"), "PASS") << r.out;
-  EXPECT_EQ(by_id.at("run-bubble"), "N/A") << r.out;  // dp only
+  EXPECT_EQ(by_id.at("run-bubble"), "N/A") << r.out;   // dp only
+  EXPECT_EQ(by_id.at("run-experts"), "N/A") << r.out;  // a dense model
 }
 
 // A traced pipeline run: its stages' bubbles, read from the traces run.json names, are the

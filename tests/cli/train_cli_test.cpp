@@ -1,7 +1,9 @@
 // `lattice train` through the executable: layouts larger than the machine (--oversubscribe),
 // resume checks, the collective tuner under a slow link.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <regex>
@@ -80,6 +82,55 @@ TEST_F(TrainCli, OversubscribeRunsALayoutLargerThanTheMachineToTheSingleRanksLos
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), 4u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
+}
+
+// A mixture-of-experts model through the command: the progress lines and the metrics carry the
+// routers' loss and the experts' loads, tensor parallelism (every expert split over 2 ranks)
+// trains to the single rank's losses, `doctor --run` judges the routing, and a layout the sparse
+// layers cannot run is refused before any rank starts.
+TEST_F(TrainCli, AMixtureOfExpertsTrainsWithTensorParallelismReportsItsRoutingAndRefusesCp) {
+  const auto dir = std::filesystem::path(*data_);
+  const auto out = dir / "moe_run";
+  std::filesystem::remove_all(out);
+  const std::vector<std::string> moe = {"--set", "model.preset=\"mixtral-tiny\"", "--set",
+                                        "output.dir=" + out.string()};
+  std::vector<std::string> split = moe;
+  split.insert(split.end(), {"--tp", "2"});
+  const CliResult r = run_cli(train(dir / "moe_tp.jsonl", split), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("mixtral-tiny"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| router "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| experts max/mean "), std::string::npos) << r.out;
+  const std::vector<double> router = metric_values(dir / "moe_tp.jsonl", "router_loss");
+  ASSERT_EQ(router.size(), 4u);
+  for (double v : router) EXPECT_GT(v, 0.0);
+  // Every rank's record holds each layer's tokens per expert: 8 rows of 32 tokens, 2 choices
+  // each, all kept (dropless).
+  const std::string record = read_text(out / "metrics" / "rank_00001.jsonl");
+  EXPECT_NE(record.find("\"experts\":[{"), std::string::npos) << record.substr(0, 400);
+  const nlohmann::json last = nlohmann::json::parse(record.substr(record.rfind("{\"at\"")));
+  int64_t kept = 0;
+  for (int64_t n : last.at("experts").at(0).at("tokens").get<std::vector<int64_t>>()) kept += n;
+  EXPECT_EQ(kept, 8 * 32 * 2);
+
+  const CliResult one = run_cli(train(dir / "moe_one.jsonl", moe), kLimitS);
+  ASSERT_EQ(one.exit_code, 0) << one.all();
+  const std::vector<double> a = losses(dir / "moe_tp.jsonl"), b = losses(dir / "moe_one.jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
+
+  const CliResult doctor =
+      run_cli({LATTICE_EXECUTABLE, "doctor", "--run", out.string(), "--json"}, kLimitS);
+  EXPECT_NE(doctor.out.find("\"run-experts\""), std::string::npos) << doctor.all();
+  EXPECT_EQ(doctor.out.find("no expert loads"), std::string::npos) << doctor.out;
+
+  std::vector<std::string> cp = moe;
+  cp.insert(cp.end(), {"--cp", "2"});
+  const CliResult refused = run_cli(train(dir / "moe_cp.jsonl", cp), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("route, cap and balance whole sequences"), std::string::npos)
+      << refused.err;
 }
 
 // Context parallelism through the command: each sequence over two ranks (ring attention) trains

@@ -55,10 +55,10 @@ TEST(CollectiveAllToAll, MismatchedCountsNameBothRanks) {
   run_ranks(2, [&](Communicator& comm) {
     std::vector<float> input(8, 1.0f), output(8);
     // Rank 0 sends rank 1 three elements; rank 1 expects four.
-    const std::vector<int64_t> send = comm.rank() == 0 ? std::vector<int64_t>{2, 3}
-                                                       : std::vector<int64_t>{4, 2};
-    const std::vector<int64_t> recv = comm.rank() == 0 ? std::vector<int64_t>{2, 4}
-                                                       : std::vector<int64_t>{4, 2};
+    const std::vector<int64_t> send =
+        comm.rank() == 0 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{4, 2};
+    const std::vector<int64_t> recv =
+        comm.rank() == 0 ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{4, 2};
     CollectiveOptions options;
     options.timeout = std::chrono::milliseconds(3000);
     try {

@@ -61,8 +61,8 @@ TEST(CommValidation, RefusesBadAllToAllCalls) {
     EXPECT_THROW(comm.all_to_all(in.data(), {2, 2, 2}, out.data(), two, DType::kF32), ShapeError);
     EXPECT_THROW(comm.all_to_all(in.data(), {-1, 3}, out.data(), two, DType::kF32), ShapeError);
     // The block a rank keeps for itself has one length.
-    const std::vector<int64_t> own = comm.rank() == 0 ? std::vector<int64_t>{3, 2}
-                                                      : std::vector<int64_t>{2, 3};
+    const std::vector<int64_t> own =
+        comm.rank() == 0 ? std::vector<int64_t>{3, 2} : std::vector<int64_t>{2, 3};
     EXPECT_THROW(comm.all_to_all(in.data(), own, out.data(), two, DType::kF32), ShapeError);
     EXPECT_THROW(comm.all_to_all(in.data(), two, in.data() + 2, two, DType::kF32), ValueError);
     CollectiveOptions ring;

@@ -5,6 +5,7 @@
 // is skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -70,9 +71,9 @@ TEST(RunChecks, AHealthyRunPassesAndATornLastLineIsSkipped) {
   ASSERT_EQ(run.records.size(), 2u);
   EXPECT_EQ(run.records[1].size(), 20u);
   for (const CheckResult& r : check_run(run)) {
-    // Not a traced pipeline run: the bubble has nothing to judge.
-    EXPECT_EQ(r.verdict, r.id == "run-bubble" ? Verdict::kNotApplicable : Verdict::kPass)
-        << text({r});
+    // Not a traced pipeline run, a dense model: the bubble and the experts have nothing to judge.
+    const bool nothing_to_judge = r.id == "run-bubble" || r.id == "run-experts";
+    EXPECT_EQ(r.verdict, nothing_to_judge ? Verdict::kNotApplicable : Verdict::kPass) << text({r});
   }
 }
 
@@ -130,6 +131,45 @@ TEST(RunChecks, StepsWaitingOnCommunicationWarnRunComm) {
   EXPECT_EQ(verdict_of(results, "run-comm"), Verdict::kWarn) << text(results);
 }
 
+// Two sparse layers of four experts; `loads(rank, layer)` gives a record's tokens per expert.
+void add_experts(nlohmann::json& j, const std::vector<int64_t>& layer0,
+                 const std::vector<int64_t>& layer1) {
+  j["router_loss"] = 0.02;
+  j["experts"] = {{{"layer", 0}, {"tokens", layer0}, {"dropped", {0, 0, 0, 0}}},
+                  {{"layer", 1}, {"tokens", layer1}, {"dropped", {0, 0, 0, 0}}}};
+}
+
+TEST(RunChecks, ExpertLoadsPassWhenSpreadAndWarnRunExpertsWhenRoutingCollapses) {
+  const auto dense = check_run(read_run_metrics(write_run("run_dense", 1, 5)));
+  EXPECT_EQ(verdict_of(dense, "run-experts"), Verdict::kNotApplicable) << text(dense);
+  const auto spread = [](int, nlohmann::json& j) {
+    add_experts(j, {300, 260, 240, 224}, {250, 256, 262, 256});
+  };
+  const auto healthy = check_run(read_run_metrics(write_run("run_moe_spread", 2, 12, spread)));
+  EXPECT_EQ(verdict_of(healthy, "run-experts"), Verdict::kPass) << text(healthy);
+  // Layer 1's expert 3 gets 5 of a mean 256 tokens a step: the router sends everything
+  // elsewhere (over the 10 steps of the window and 2 ranks: 100 of a mean 5120).
+  const auto collapsed = [](int, nlohmann::json& j) {
+    add_experts(j, {300, 260, 240, 224}, {500, 400, 119, 5});
+  };
+  const auto results = check_run(read_run_metrics(write_run("run_moe_collapse", 2, 12, collapsed)));
+  EXPECT_EQ(verdict_of(results, "run-experts"), Verdict::kWarn) << text(results);
+  EXPECT_NE(text(results).find("layer 1's expert 3 received 100 tokens, 2.0% of the mean 5120"),
+            std::string::npos)
+      << text(results);
+  EXPECT_NE(text(results).find("model.moe_aux_loss"), std::string::npos) << text(results);
+}
+
+TEST(RunChecks, ARankWhoseExpertsTakeFarMoreTokensWarnsRunExperts) {
+  const auto skewed = [](int rank, nlohmann::json& j) {
+    const int64_t n = rank == 2 ? 800 : 256;
+    add_experts(j, {n, n, n, n}, {n, n, n, n});
+  };
+  const auto results = check_run(read_run_metrics(write_run("run_moe_rank", 3, 12, skewed)));
+  EXPECT_EQ(verdict_of(results, "run-experts"), Verdict::kWarn) << text(results);
+  EXPECT_NE(text(results).find("rank 2's experts received"), std::string::npos) << text(results);
+}
+
 // A pp 2 run's traces: a step of 100 ms on each rank; rank 0 computes for `rank0_compute_ms`
 // of it and idles the rest. The 1F1B schedule of 4 micro-batches leaves each stage 20%.
 fs::path write_traced_pipeline_run(const std::string& name, double rank0_compute_ms) {
@@ -163,8 +203,8 @@ TEST(RunChecks, AStageIdlingFarBeyondItsScheduleWarnsRunBubble) {
   EXPECT_EQ(verdict_of(results, "run-bubble"), Verdict::kPass) << text(results);
   results = check_run(read_run_metrics(write_traced_pipeline_run("run_bubble_idle", 30)));
   EXPECT_EQ(verdict_of(results, "run-bubble"), Verdict::kWarn) << text(results);
-  const CheckResult& r = results.back();
-  EXPECT_EQ(r.id, "run-bubble");
+  const CheckResult& r = *std::find_if(results.begin(), results.end(),
+                                       [](const auto& c) { return c.id == "run-bubble"; });
   EXPECT_EQ(r.figures.at("rank"), 0);
   EXPECT_NEAR(r.figures.at("measured_bubble").get<double>(), 0.70, 1e-9);
   EXPECT_NEAR(r.figures.at("schedule_bubble").get<double>(), 0.20, 1e-9);

@@ -51,7 +51,7 @@ TEST(MoeRouter, LossesMatchTheirFormulasOnAHandCheckedCase) {
 // in token order.
 TEST(MoeRouter, TopTwoGatesAndPackedRows) {
   const ModelConfig c = router_config(3, 2);
-  const std::vector<float> logits = {0.5f, 2.0f, 1.0f,  // token 0: experts 1, 2
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f,   // token 0: experts 1, 2
                                      3.0f, 0.0f, 3.0f};  // token 1: a tie, 0 before 2
   std::vector<float> probs(6), lse(2);
   Routing r;
@@ -97,7 +97,8 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   };
   Routing r;
   objective(logits, r);
-  std::vector<float> probs(size_t(tokens * E)), lse(static_cast<size_t>(tokens)), dlogits(size_t(tokens * E));
+  std::vector<float> probs(size_t(tokens * E)), lse(static_cast<size_t>(tokens)),
+      dlogits(size_t(tokens * E));
   route_tokens(c, logits.data(), tokens, T, r, probs.data(), lse.data());
   router_backward(c, r, probs.data(), lse.data(), weights.data(), T, scale, dlogits.data());
   const float h = 1e-3f;
