@@ -33,15 +33,80 @@ std::string canonical_name(const std::string& name, const ModelConfig& config) {
   return name;
 }
 
-nlohmann::json hf_config(const ModelConfig& c) {
+// Features of Hugging Face's Llama and Mixtral that Lattice's blocks lack: a ConfigError naming
+// the key and the fix, for a config.json (`origin`) whose model would compute another function.
+// `seq_len` is the longest context the model attends over.
+void refuse_missing_features(const nlohmann::json& j, const std::string& origin, int64_t seq_len) {
+  const std::string type = j.value("model_type", std::string());
+  if (type != "llama" && type != "mixtral") return;
+  auto refuse = [&](std::string_view key, const nlohmann::json& value, std::string_view lack,
+                    std::string_view fix) {
+    LATTICE_THROW(ConfigError, "{}: \"{}\": {}: {} ---> HINT: {}", origin, key, value.dump(), lack,
+                  fix);
+  };
+  if (const auto w = j.find("sliding_window"); w != j.end() && !w->is_null()) {
+    if (!w->is_number_integer()) {
+      refuse("sliding_window", *w, "not a number of tokens", "write an integer or null");
+    }
+    if (w->get<int64_t>() < seq_len) {
+      refuse(
+          "sliding_window", *w,
+          fmt::format("Lattice attends over the whole context ({} tokens), not a window", seq_len),
+          fmt::format("set model.seq_len (and batch.seq_len) to at most {} so the window "
+                      "covers every context, or write \"sliding_window\": null if the model "
+                      "was trained without one",
+                      w->get<int64_t>()));
+    }
+  }
+  if (type == "mixtral") {
+    for (const char* key : {"attention_bias", "mlp_bias"}) {
+      if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) {
+        refuse(key, j[key], "Mixtral's attention and experts have no biases in Lattice",
+               fmt::format("write \"{}\": false (only for weights without bias tensors)", key));
+      }
+    }
+    if (const auto jitter = j.find("router_jitter_noise");
+        jitter != j.end() && jitter->is_number() && jitter->get<double>() != 0.0) {
+      refuse("router_jitter_noise", *jitter, "Lattice's router adds no noise to its inputs",
+             "write \"router_jitter_noise\": 0.0");
+    }
+  } else if (j.value("attention_bias", false) != j.value("mlp_bias", false)) {
+    refuse("mlp_bias", nlohmann::json(j.value("mlp_bias", false)),
+           "Lattice has one bias switch for attention and MLP",
+           "use weights with both or neither (model.bias)");
+  }
+  if (const auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
+    refuse("hidden_act", *act, "Lattice's SwiGLU gates with silu",
+           "use a model whose hidden_act is \"silu\"");
+  }
+  if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
+    refuse("rope_scaling", *scaling, "Lattice's rotary positions have no scaling",
+           "write \"rope_scaling\": null (only for a model trained without it)");
+  }
+  if (const auto head_dim = j.find("head_dim"); head_dim != j.end() && !head_dim->is_null()) {
+    const int64_t heads = j.value("num_attention_heads", int64_t{0});
+    const int64_t width = j.value("hidden_size", int64_t{0});
+    if (heads <= 0 || *head_dim != width / heads) {
+      refuse("head_dim", *head_dim, "Lattice's heads are hidden_size / num_attention_heads wide",
+             "use a model whose head_dim is hidden_size / num_attention_heads");
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json hf_config_json(const ModelConfig& c) {
   auto refuse = [&](std::string_view what) {
     LATTICE_THROW(ValueError,
                   "cannot export '{}' as a Hugging Face {} model: {} ---> HINT: the {} family in "
                   "Hugging Face needs {}",
-                  c.name, family_name(c.family), what, family_name(c.family),
+                  c.name, c.moe() ? "mixtral" : family_name(c.family), what,
+                  c.moe() ? "mixtral" : family_name(c.family),
                   c.family == ModelFamily::kGpt2
                       ? "layernorm, learned positions, gelu, biases and n_kv_head == n_head"
-                      : "rmsnorm, rope and swiglu");
+                      : (c.moe() ? "rmsnorm, rope, swiglu experts and no biases (model.bias = "
+                                   "false)"
+                                 : "rmsnorm, rope and swiglu"));
   };
   if (c.family == ModelFamily::kGpt2) {
     if (c.norm != NormKind::kLayerNorm) refuse("its norm is not layernorm");
@@ -72,6 +137,35 @@ nlohmann::json hf_config(const ModelConfig& c) {
   if (c.norm != NormKind::kRmsNorm) refuse("its norm is not rmsnorm");
   if (c.position != PositionKind::kRope) refuse("its positions are not rope");
   if (c.mlp != MlpKind::kSwiglu) refuse("its MLP is not swiglu");
+  if (c.moe()) {
+    if (c.bias) refuse("it has biases");
+    // Mixtral's keys; the router's z-loss and capacity have none in transformers (which trains
+    // dropless without a z-loss), so they travel under lattice_ keys for an exact round trip.
+    return {{"architectures", {"MixtralForCausalLM"}},
+            {"model_type", "mixtral"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"intermediate_size", c.d_ff},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.n_kv_head},
+            {"max_position_embeddings", c.seq_len},
+            {"rms_norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"hidden_act", "silu"},
+            {"sliding_window", nullptr},
+            {"attention_dropout", 0.0},
+            {"num_local_experts", c.n_experts},
+            {"num_experts_per_tok", c.experts_per_token},
+            {"router_aux_loss_coef", c.moe_aux_loss},
+            {"router_jitter_noise", 0.0},
+            {"output_router_logits", false},
+            {"lattice_router_z_loss_coef", c.moe_z_loss},
+            {"lattice_capacity_factor", c.capacity_factor},
+            {"initializer_range", c.init_std},
+            {"tie_word_embeddings", c.tied_embeddings},
+            {"torch_dtype", "float32"}};
+  }
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"vocab_size", c.vocab_size},
@@ -91,7 +185,133 @@ nlohmann::json hf_config(const ModelConfig& c) {
           {"torch_dtype", "float32"}};
 }
 
+namespace {
+
+ModelConfig config_from_hf_fields(const nlohmann::json& j, const std::string& origin) {
+  const std::string type = j.value("model_type", std::string());
+  auto required = [&](const char* key) -> int64_t {
+    if (!j.contains(key) || !j[key].is_number_integer()) {
+      LATTICE_THROW(ConfigError,
+                    "{}: \"{}\" is missing or not an integer ---> HINT: a {} config.json names "
+                    "it; download the model's config.json again",
+                    origin, key, type);
+    }
+    return j[key].get<int64_t>();
+  };
+  // transformers' class defaults stand for an absent key, as from_pretrained reads it.
+  auto number = [&](const char* key, double fallback) {
+    return j.contains(key) && !j[key].is_null() ? j[key].get<double>() : fallback;
+  };
+  auto integer = [&](const char* key, int64_t fallback) {
+    return j.contains(key) && !j[key].is_null() ? j[key].get<int64_t>() : fallback;
+  };
+  ModelConfig c;
+  c.name = j.contains("_name_or_path") && j["_name_or_path"].is_string() &&
+                   !j["_name_or_path"].get<std::string>().empty()
+               ? j["_name_or_path"].get<std::string>()
+               : type;
+  c.vocab_size = required("vocab_size");
+  c.init_std = float(number("initializer_range", 0.02));
+  if (type == "gpt2") {
+    c.family = ModelFamily::kGpt2;
+    c.d_model = required("n_embd");
+    c.n_layer = required("n_layer");
+    c.n_head = required("n_head");
+    c.n_kv_head = c.n_head;
+    c.d_ff = integer("n_inner", 4 * c.d_model);
+    c.seq_len = integer("n_positions", 1024);
+    c.norm_eps = float(number("layer_norm_epsilon", 1e-5));
+    c.tied_embeddings = j.value("tie_word_embeddings", true);
+    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+      LATTICE_THROW(ConfigError,
+                    "{}: \"activation_function\": \"{}\": Lattice's GPT-2 uses the tanh GELU "
+                    "---> HINT: use a model whose activation_function is \"gelu_new\"",
+                    origin, act);
+    }
+    c.validate();
+    return c;
+  }
+  const bool mixtral = type == "mixtral";
+  c.family = ModelFamily::kLlama;
+  c.norm = NormKind::kRmsNorm;
+  c.position = PositionKind::kRope;
+  c.mlp = MlpKind::kSwiglu;
+  c.d_model = required("hidden_size");
+  c.d_ff = required("intermediate_size");
+  c.n_layer = required("num_hidden_layers");
+  c.n_head = required("num_attention_heads");
+  // MixtralConfig defaults an absent key to 8 and, as LlamaConfig, null to num_attention_heads.
+  const bool kv_absent = !j.contains("num_key_value_heads");
+  c.n_kv_head = kv_absent && mixtral ? 8 : integer("num_key_value_heads", c.n_head);
+  c.seq_len = integer("max_position_embeddings", mixtral ? 4096 * 32 : 2048);
+  c.norm_eps = float(number("rms_norm_eps", mixtral ? 1e-5 : 1e-6));
+  c.rope_theta = float(number("rope_theta", mixtral ? 1e6 : 1e4));
+  c.tied_embeddings = j.value("tie_word_embeddings", false);
+  c.bias = !mixtral && j.value("attention_bias", false);
+  if (mixtral) {
+    c.n_experts = integer("num_local_experts", 8);
+    c.experts_per_token = integer("num_experts_per_tok", 2);
+    c.moe_aux_loss = float(number("router_aux_loss_coef", 0.001));
+    c.moe_z_loss = float(number("lattice_router_z_loss_coef", 0.0));
+    c.capacity_factor = float(number("lattice_capacity_factor", 0.0));
+    if (c.n_experts <= 0) {
+      LATTICE_THROW(ConfigError,
+                    "{}: \"num_local_experts\": {}: a Mixtral model has experts ---> HINT: "
+                    "write the number of experts per layer (Mixtral 8x7B: 8)",
+                    origin, c.n_experts);
+    }
+  }
+  refuse_missing_features(j, origin, c.seq_len);
+  c.validate();
+  return c;
+}
+
 }  // namespace
+
+ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) {
+    LATTICE_THROW(ConfigError, "{}: not a JSON object ---> HINT: pass a Hugging Face config.json",
+                  origin);
+  }
+  const std::string type = j.contains("model_type") && j["model_type"].is_string()
+                               ? j["model_type"].get<std::string>()
+                               : "";
+  if (type != "gpt2" && type != "llama" && type != "mixtral") {
+    LATTICE_THROW(ConfigError,
+                  "{}: \"model_type\": {} is not one Lattice reads ---> HINT: Lattice imports "
+                  "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"mixtral\" "
+                  "(MixtralForCausalLM)",
+                  origin, j.contains("model_type") ? j["model_type"].dump() : "(missing)");
+  }
+  try {
+    return config_from_hf_fields(j, origin);
+  } catch (const nlohmann::json::exception& e) {
+    LATTICE_THROW(ConfigError,
+                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
+                  "as the hub writes it",
+                  origin, e.what());
+  }
+}
+
+ModelConfig read_hf_model_config(const fs::path& dir) {
+  const fs::path path = fs::is_directory(dir) ? dir / "config.json" : dir;
+  std::ifstream in(path);
+  if (!in) {
+    LATTICE_THROW(IoError,
+                  "cannot read {} ---> HINT: pass a Hugging Face model directory (with its "
+                  "config.json) or the config.json itself",
+                  path.string());
+  }
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    LATTICE_THROW(IoError,
+                  "{} is not JSON ---> HINT: the directory's config.json is damaged; download it "
+                  "again",
+                  path.string());
+  }
+  return model_config_from_hf(j, path.string());
+}
 
 namespace {
 
@@ -236,11 +456,20 @@ void check_hf_config(const fs::path& dir, const ModelConfig& config) {
                   "damaged; download it again",
                   path.string());
   }
-  const nlohmann::json ours = hf_config(config);
+  try {
+    refuse_missing_features(theirs, path.string(), config.seq_len);
+  } catch (const nlohmann::json::exception& e) {
+    LATTICE_THROW(ConfigError,
+                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
+                  "as the hub writes it",
+                  path.string(), e.what());
+  }
+  const nlohmann::json ours = hf_config_json(config);
   std::vector<std::string> differ;
-  for (const char* key : {"model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
-                          "n_inner", "hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "num_key_value_heads", "tie_word_embeddings"}) {
+  for (const char* key :
+       {"model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner",
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "num_local_experts", "num_experts_per_tok", "tie_word_embeddings"}) {
     if (!ours.contains(key) || !theirs.contains(key) || theirs[key].is_null()) continue;
     if (theirs[key] != ours[key]) {
       differ.push_back(
@@ -352,7 +581,13 @@ void export_hf(const fs::path& dir, Transformer& model, const HfExportOptions& o
                          "export CKPT` loads every shard into one tp-1 model");
   LATTICE_CHECK(options.max_shard_bytes > 0, "export_hf: max_shard_bytes must be positive");
   const ModelConfig& c = model.config();
-  nlohmann::json config = hf_config(c);
+  nlohmann::json config = hf_config_json(c);
+  if (c.moe() && c.capacity_factor > 0) {
+    spdlog::warn(
+        "{}: capacity_factor {} drops tokens past an expert's capacity; transformers' "
+        "Mixtral is dropless, so its outputs differ where Lattice drops",
+        c.name, c.capacity_factor);
+  }
   fs::create_directories(dir);
   ParameterStore& store = model.parameters();
   const auto& specs = model.registry().specs();

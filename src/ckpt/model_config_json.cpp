@@ -5,23 +5,33 @@
 namespace lattice {
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {
-  return {{"name", c.name},
-          {"family", family_name(c.family)},
-          {"vocab_size", c.vocab_size},
-          {"n_layer", c.n_layer},
-          {"n_head", c.n_head},
-          {"n_kv_head", c.n_kv_head},
-          {"d_model", c.d_model},
-          {"d_ff", c.d_ff},
-          {"seq_len", c.seq_len},
-          {"norm", norm_name(c.norm)},
-          {"norm_eps", c.norm_eps},
-          {"position", position_name(c.position)},
-          {"rope_theta", c.rope_theta},
-          {"mlp", mlp_name(c.mlp)},
-          {"bias", c.bias},
-          {"tied_embeddings", c.tied_embeddings},
-          {"init_std", c.init_std}};
+  nlohmann::json j = {{"name", c.name},
+                      {"family", family_name(c.family)},
+                      {"vocab_size", c.vocab_size},
+                      {"n_layer", c.n_layer},
+                      {"n_head", c.n_head},
+                      {"n_kv_head", c.n_kv_head},
+                      {"d_model", c.d_model},
+                      {"d_ff", c.d_ff},
+                      {"seq_len", c.seq_len},
+                      {"norm", norm_name(c.norm)},
+                      {"norm_eps", c.norm_eps},
+                      {"position", position_name(c.position)},
+                      {"rope_theta", c.rope_theta},
+                      {"mlp", mlp_name(c.mlp)},
+                      {"bias", c.bias},
+                      {"tied_embeddings", c.tied_embeddings},
+                      {"init_std", c.init_std}};
+  // Only a sparse model carries the expert keys: a dense model's JSON, and so the config hash
+  // of its checkpoints, stays what it was before experts existed.
+  if (c.moe()) {
+    j["n_experts"] = c.n_experts;
+    j["experts_per_token"] = c.experts_per_token;
+    j["moe_aux_loss"] = c.moe_aux_loss;
+    j["moe_z_loss"] = c.moe_z_loss;
+    j["capacity_factor"] = c.capacity_factor;
+  }
+  return j;
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j) {
@@ -44,6 +54,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
     c.bias = j.at("bias").get<bool>();
     c.tied_embeddings = j.at("tied_embeddings").get<bool>();
     c.init_std = j.at("init_std").get<float>();
+    // Absent in dense models' (and older) checkpoints: ModelConfig's defaults, the dense MLP.
+    c.n_experts = j.value("n_experts", c.n_experts);
+    c.experts_per_token = j.value("experts_per_token", c.experts_per_token);
+    c.moe_aux_loss = j.value("moe_aux_loss", c.moe_aux_loss);
+    c.moe_z_loss = j.value("moe_z_loss", c.moe_z_loss);
+    c.capacity_factor = j.value("capacity_factor", c.capacity_factor);
     c.validate();
     return c;
   } catch (const nlohmann::json::exception& e) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
 #include "core/philox.h"
 #include "support/scratch_dir.h"
@@ -157,6 +158,13 @@ TEST(HfDirectory, LoadsAWholeOrShardedDirectoryAndRefusesAnotherArchitecture) {
   EXPECT_THROW(load_hf_weights(scratch("hf_dir_empty"), loaded), IoError);
 }
 
+// Every field of a ModelConfig but its name (which config.json does not carry).
+nlohmann::json fields_of(const ModelConfig& config) {
+  nlohmann::json j = model_config_to_json(config);
+  j.erase("name");
+  return j;
+}
+
 class HfRoundTrip : public ::testing::TestWithParam<const char*> {};
 
 // export -> load into a fresh model -> identical logits, bit for bit.
@@ -171,7 +179,10 @@ TEST_P(HfRoundTrip, ExportThenLoadGivesIdenticalLogits) {
   export_hf(dir, original);
 
   nlohmann::json hf = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  EXPECT_EQ(hf["model_type"], std::string(GetParam()).starts_with("llama") ? "llama" : "gpt2");
+  const std::string param = GetParam();
+  EXPECT_EQ(hf["model_type"], param.starts_with("llama")     ? "llama"
+                              : param.starts_with("mixtral") ? "mixtral"
+                                                             : "gpt2");
   if (hf["model_type"] == "gpt2") {
     // A 256-token vocabulary has no id 50256 (GPT2Config's default): none is written.
     EXPECT_TRUE(hf.contains("bos_token_id") && hf["bos_token_id"].is_null()) << hf.dump();
@@ -184,10 +195,17 @@ TEST_P(HfRoundTrip, ExportThenLoadGivesIdenticalLogits) {
   std::vector<float> a = logits_of(original), b = logits_of(loaded);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+
+  // config.json reads back as the same architecture (Hugging Face's GPT-2 always has biases:
+  // a bias-free model's are the zeros written).
+  ModelConfig expected = config;
+  if (expected.family == ModelFamily::kGpt2) expected.bias = true;
+  EXPECT_EQ(fields_of(read_hf_model_config(dir)), fields_of(expected));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfRoundTrip,
-                         ::testing::Values("gpt2-tiny", "llama-tiny", "shakespeare-char"),
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "mixtral-tiny",
+                                           "shakespeare-char"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name) {
@@ -195,6 +213,194 @@ INSTANTIATE_TEST_SUITE_P(Families, HfRoundTrip,
                            }
                            return name;
                          });
+
+// A mixture-of-experts model exports as transformers' MixtralForCausalLM: its config.json
+// reads back as the same ModelConfig (the Lattice-only router settings under lattice_ keys), and
+// every tensor, the router and each expert's w1/w2/w3 under block_sparse_moe, comes back bit for
+// bit.
+TEST(HfMixtral, ExportThenImportIsExactForTheConfigAndEveryTensor) {
+  const fs::path dir = scratch("hf_mixtral");
+  Arena arena("test");
+  ModelConfig config = model_preset("mixtral-tiny");
+  config.capacity_factor = 1.5f;  // Lattice-only: travels under lattice_capacity_factor
+  Transformer original(config, arena, DType::kF32);
+  original.initialize(3);
+  export_hf(dir, original);
+
+  const nlohmann::json hf = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(hf.at("architectures"), nlohmann::json::array({"MixtralForCausalLM"}));
+  EXPECT_EQ(hf.at("model_type"), "mixtral");
+  EXPECT_EQ(hf.at("num_local_experts"), 4);
+  EXPECT_EQ(hf.at("num_experts_per_tok"), 2);
+  EXPECT_EQ(hf.at("router_aux_loss_coef").get<float>(), 0.01f);
+  EXPECT_EQ(hf.at("output_router_logits"), false);
+  EXPECT_TRUE(hf.at("sliding_window").is_null());
+  EXPECT_EQ(hf.at("intermediate_size"), 96);  // per expert
+  EXPECT_EQ(hf.at("hidden_size"), 64);
+  EXPECT_EQ(hf.at("num_hidden_layers"), 2);
+  EXPECT_EQ(hf.at("num_attention_heads"), 4);
+  EXPECT_EQ(hf.at("num_key_value_heads"), 2);
+  EXPECT_EQ(hf.at("max_position_embeddings"), 64);
+  EXPECT_EQ(hf.at("vocab_size"), 256);
+  EXPECT_EQ(hf.at("tie_word_embeddings"), false);
+  EXPECT_EQ(hf.at("rms_norm_eps").get<float>(), config.norm_eps);
+  EXPECT_EQ(hf.at("rope_theta").get<float>(), config.rope_theta);
+  EXPECT_EQ(hf.at("lattice_router_z_loss_coef").get<float>(), 0.001f);
+  EXPECT_EQ(hf.at("lattice_capacity_factor").get<float>(), 1.5f);
+  const ModelConfig read = read_hf_model_config(dir);
+  EXPECT_EQ(read.n_experts, 4);
+  EXPECT_EQ(fields_of(read), fields_of(config));
+
+  // The file holds exactly the registry's tensors, under Mixtral's names, with their values.
+  SafetensorsReader file(dir / "model.safetensors");
+  const ParameterRegistry& registry = original.registry();
+  EXPECT_EQ(file.tensors().size(), registry.specs().size());
+  int64_t expert_tensors = 0;
+  for (const SafetensorsTensorInfo& t : file.tensors()) {
+    EXPECT_EQ(t.name.find(".mlp."), std::string::npos) << t.name;
+    if (t.name.find(".block_sparse_moe.experts.") != std::string::npos) ++expert_tensors;
+  }
+  EXPECT_EQ(expert_tensors, config.n_layer * config.n_experts * 3);
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const std::string moe = fmt::format("model.layers.{}.block_sparse_moe.", l);
+    ASSERT_TRUE(file.contains(moe + "gate.weight")) << moe;
+    EXPECT_EQ(file.info(moe + "gate.weight").shape, (Shape{4, 64}));
+    for (int64_t e = 0; e < config.n_experts; ++e) {
+      const std::string expert = fmt::format("{}experts.{}.", moe, e);
+      ASSERT_TRUE(file.contains(expert + "w1.weight")) << expert;
+      EXPECT_EQ(file.info(expert + "w1.weight").shape, (Shape{96, 64}));
+      EXPECT_EQ(file.info(expert + "w2.weight").shape, (Shape{64, 96}));
+      EXPECT_EQ(file.info(expert + "w3.weight").shape, (Shape{96, 64}));
+    }
+  }
+
+  Transformer loaded(config, arena, DType::kF32);
+  loaded.initialize(4);  // different values, overwritten by the load
+  load_hf_weights(dir, loaded);
+  for (int i = 0; i < int(registry.specs().size()); ++i) {
+    const ParameterSpec& spec = registry.at(i);
+    const Tensor& want = original.parameters().master(i);
+    const std::span<const std::byte> stored = file.bytes(spec.name);
+    ASSERT_EQ(stored.size(), want.nbytes()) << spec.name;
+    EXPECT_EQ(std::memcmp(stored.data(), want.raw_data(), want.nbytes()), 0) << spec.name;
+    EXPECT_EQ(std::memcmp(loaded.parameters().master(i).raw_data(), want.raw_data(), want.nbytes()),
+              0)
+        << spec.name;
+  }
+  std::vector<float> a = logits_of(original), b = logits_of(loaded);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// A Lattice checkpoint of a mixture-of-experts model keeps its experts: the manifest's model
+// config carries them (a dense model's JSON is as before, without the expert keys).
+TEST(HfMixtral, CheckpointManifestsCarryTheExperts) {
+  ModelConfig config = model_preset("mixtral-tiny");
+  config.capacity_factor = 1.25f;
+  const nlohmann::json j = model_config_to_json(config);
+  EXPECT_EQ(j.at("n_experts"), 4);
+  const ModelConfig back = model_config_from_json(j);
+  EXPECT_EQ(back.n_experts, 4);
+  EXPECT_EQ(model_config_to_json(back), j);
+  EXPECT_FALSE(model_config_to_json(model_preset("llama-tiny")).contains("n_experts"));
+  EXPECT_EQ(model_config_from_json(model_config_to_json(model_preset("llama-tiny"))).n_experts, 0);
+
+  const fs::path dir = scratch("ckpt_mixtral") / "final";
+  Arena arena("test");
+  TrainConfig train;
+  train.model = config;
+  Transformer model(config, arena, DType::kF32);
+  model.initialize(2);
+  AdamW optimizer(model.parameters(), arena, train.adam);
+  TrainingState state;
+  state.seed = train.seed;
+  save_training_checkpoint(CheckpointTarget::directory(dir), train, model, optimizer, state);
+  CheckpointInfo info;
+  std::unique_ptr<Transformer> loaded = load_checkpoint_model(dir, arena, &info);
+  EXPECT_EQ(fields_of(info.model), fields_of(config));
+  EXPECT_EQ(logits_of(*loaded), logits_of(model));
+}
+
+std::string config_error_of(const nlohmann::json& hf) {
+  try {
+    model_config_from_hf(hf, "config.json");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// What Lattice's blocks cannot compute is named with its key and the fix, both when reading a
+// config.json and when loading a directory's weights; a Mixtral of another shape is refused.
+TEST(HfMixtral, FeaturesLatticeLacksAreClearConfigErrors) {
+  const fs::path dir = scratch("hf_mixtral_refuse");
+  Arena arena("test");
+  const ModelConfig config = model_preset("mixtral-tiny");
+  Transformer original(config, arena, DType::kF32);
+  original.initialize(3);
+  export_hf(dir, original);
+  const nlohmann::json exported = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+
+  auto with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = exported;
+    j[key] = value;
+    return j;
+  };
+  // A window covering the whole context is the same attention.
+  EXPECT_EQ(model_config_from_hf(with("sliding_window", 64), "config.json").n_experts, 4);
+  std::string what = config_error_of(with("sliding_window", 16));
+  EXPECT_NE(what.find("\"sliding_window\": 16"), std::string::npos) << what;
+  EXPECT_NE(what.find("---> HINT: set model.seq_len (and batch.seq_len) to at most 16"),
+            std::string::npos)
+      << what;
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"attention_bias", true},
+           {"router_jitter_noise", 0.01},
+           {"hidden_act", "gelu"},
+           {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}},
+           {"head_dim", 32}}) {
+    what = config_error_of(with(key, value));
+    EXPECT_NE(what.find(fmt::format("\"{}\"", key)), std::string::npos) << key << ": " << what;
+    EXPECT_NE(what.find("---> HINT:"), std::string::npos) << key << ": " << what;
+  }
+  what = config_error_of(with("model_type", "mistral"));
+  EXPECT_NE(what.find("\"mistral\" is not one Lattice reads"), std::string::npos) << what;
+  what = config_error_of(with("num_experts_per_tok", 5));
+  EXPECT_NE(what.find("experts_per_token = 5"), std::string::npos) << what;
+
+  // Through --init-from's load: the directory's config.json is checked before any tensor.
+  std::ofstream(dir / "config.json") << with("sliding_window", 16).dump();
+  Transformer model(config, arena, DType::kF32);
+  try {
+    load_hf_weights(dir, model);
+    ADD_FAILURE() << "a 16-token sliding window loaded into a 64-token model";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding_window"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "config.json") << with("num_local_experts", 8).dump();
+  try {
+    load_hf_weights(dir, model);
+    ADD_FAILURE() << "an 8-expert config.json loaded into a 4-expert model";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_local_experts is 8 there, 4 here"), std::string::npos)
+        << e.what();
+  }
+  // A dense Llama is not a Mixtral.
+  std::ofstream(dir / "config.json") << exported.dump();
+  Transformer dense(model_preset("llama-tiny"), arena, DType::kF32);
+  try {
+    load_hf_weights(dir, dense);
+    ADD_FAILURE() << "a Mixtral directory loaded into a dense Llama";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model_type is \"mixtral\" there, \"llama\" here"),
+              std::string::npos)
+        << e.what();
+  }
+  // Hugging Face's Mixtral has no biases to export them into.
+  ModelConfig biased = config;
+  biased.bias = true;
+  EXPECT_THROW(hf_config_json(biased), ValueError);
+}
 
 // Hugging Face's GPT-2 files name tensors without "transformer.", carry attention-mask buffers
 // and store weights in F16/BF16 at times: all of that loads, widened exactly.
