@@ -142,21 +142,37 @@ std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, in
   // A sharded optimizer's range is this dp rank's to write (ZeRO-1: every range has exactly one
   // owner). Replicas of an unsharded one hold the same numbers: each writes its 1/dp of the
   // flat store, so that no rank writes (and stalls on) the whole state for all of them.
-  int64_t begin = optimizer.shard_begin();
-  int64_t end = optimizer.shard_end();
-  int64_t moments_from = 0;
-  if (!optimizer.sharded() && dp_size > 1) {
-    const int64_t total = end - begin;
-    begin = total * dp_rank / dp_size;
-    end = total * (dp_rank + 1) / dp_size;
-    moments_from = begin;
+  // Under expert parallelism (ZeRO-0) the experts' parameters differ between the ep ranks: each
+  // is written by the dp ranks holding the same experts, 1/(dp/ep) of the store each, the dense
+  // ones by all dp ranks as without it.
+  const ExpertLayout& ep = registry.expert_parallel();
+  const bool split_experts = ep.size > 1;
+  std::vector<OwnedShard> shards;
+  for (const bool experts : {false, true}) {
+    if (experts && !split_experts) break;
+    const int writers = experts ? dp_size / ep.size : dp_size;
+    const int writer = experts ? dp_rank / ep.size : dp_rank;
+    int64_t begin = optimizer.shard_begin();
+    int64_t end = optimizer.shard_end();
+    int64_t moments_from = 0;
+    if (!optimizer.sharded() && writers > 1) {
+      const int64_t total = end - begin;
+      begin = total * writer / writers;
+      end = total * (writer + 1) / writers;
+      moments_from = begin;
+    }
+    auto moments = [&](Tensor& flat) {
+      return flat.view(Shape{flat.numel()}).slice_rows(moments_from, moments_from + end - begin);
+    };
+    const bool with_replicated = registry.tensor_parallel().rank == 0;
+    auto keep = [&](const ParameterSpec& spec) { return spec.expert == experts; };
+    std::vector<OwnedShard> part = flat_range_shards(
+        registry, store.master(), moments(optimizer.m()), moments(optimizer.v()), begin, end,
+        &scratch, with_replicated,
+        split_experts ? std::function<bool(const ParameterSpec&)>(keep) : nullptr);
+    for (OwnedShard& s : part) shards.push_back(std::move(s));
   }
-  auto moments = [&](Tensor& flat) {
-    return flat.view(Shape{flat.numel()}).slice_rows(moments_from, moments_from + end - begin);
-  };
-  const bool with_replicated = registry.tensor_parallel().rank == 0;
-  return flat_range_shards(registry, store.master(), moments(optimizer.m()), moments(optimizer.v()),
-                           begin, end, &scratch, with_replicated);
+  return shards;
 }
 
 Manifest training_manifest(const TrainConfig& config, const Transformer& model,

@@ -36,7 +36,8 @@ void expect_range(const Tensor& t, int64_t n, std::string_view what) {
 std::vector<OwnedShard> flat_range_shards(const ParameterRegistry& registry, const Tensor& master,
                                           const Tensor& m_range, const Tensor& v_range,
                                           int64_t begin, int64_t end, Arena* scratch,
-                                          bool with_replicated) {
+                                          bool with_replicated,
+                                          const std::function<bool(const ParameterSpec&)>& keep) {
   // The whole store's master weights, or (ZeRO-3) those of the range only.
   const bool whole_store = master.numel() == registry.total_elements();
   const int64_t master_first = whole_store ? 0 : begin;
@@ -46,6 +47,7 @@ std::vector<OwnedShard> flat_range_shards(const ParameterRegistry& registry, con
   std::vector<OwnedShard> shards;
   for_each_overlap(registry, begin, end, [&](const ParameterSpec& spec, int64_t lo, int64_t hi) {
     if (spec.shard.replicated() && !with_replicated) return;
+    if (keep && !keep(spec)) return;
     // The last pipeline stage's copy of the tied token table: the first stage writes the table
     // (the copies are equal, values and moments alike: they get the same summed gradient).
     if (spec.tied_copy) return;

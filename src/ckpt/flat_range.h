@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ckpt/shard_reader.h"
@@ -23,11 +24,12 @@ namespace lattice {
 // contiguous, else are copied into `scratch` (a multi-piece tp shard such as c_attn's q|k|v;
 // ValueError when that is needed and `scratch` is null). Parameters replicated over tp are included
 // only when `with_replicated` (tp rank 0 writes them); a pipeline stage's tied copy of the token
-// table (ParameterSpec::tied_copy) never is (the first stage writes the table).
-std::vector<OwnedShard> flat_range_shards(const ParameterRegistry& registry, const Tensor& master,
-                                          const Tensor& m_range, const Tensor& v_range,
-                                          int64_t begin, int64_t end, Arena* scratch = nullptr,
-                                          bool with_replicated = true);
+// table (ParameterSpec::tied_copy) never is (the first stage writes the table). `keep`, when
+// given, selects the parameters (expert parallelism writes dense and expert ones apart).
+std::vector<OwnedShard> flat_range_shards(
+    const ParameterRegistry& registry, const Tensor& master, const Tensor& m_range,
+    const Tensor& v_range, int64_t begin, int64_t end, Arena* scratch = nullptr,
+    bool with_replicated = true, const std::function<bool(const ParameterSpec&)>& keep = {});
 
 // Reads master weights and moments of local store elements [begin, end) from a checkpoint
 // written under any layout. Each output: f32 (end - begin). Store alignment padding between

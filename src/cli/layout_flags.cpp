@@ -15,6 +15,10 @@ void add_layout_flags(CLI::App& command, LayoutFlags& flags) {
                   "Context-parallel ranks: each sequence split over them, attention as a ring "
                   "(parallel.cp)")
       ->check(positive_number());
+  cmd->add_option("--ep", layout.ep,
+                  "Expert-parallel ranks: a mixture-of-experts layer's experts spread over ep "
+                  "consecutive dp ranks, tokens exchanged by all-to-all (parallel.ep)")
+      ->check(positive_number());
   cmd->add_flag("--sp", layout.sequence_parallel,
                 "Sequence parallelism: split the residual stream's token rows over the tp group "
                 "(parallel.sp; --sp=false turns it off)");
@@ -55,6 +59,7 @@ void apply_layout_flags(const CLI::App& cmd, const LayoutFlags& flags, ParallelC
   if (given("--dp")) layout.dp = given_values.dp;
   if (given("--tp")) layout.tp = given_values.tp;
   if (given("--cp")) layout.cp = given_values.cp;
+  if (given("--ep")) layout.ep = given_values.ep;
   if (given("--sp")) layout.sequence_parallel = given_values.sequence_parallel;
   if (given("--zero")) layout.zero = given_values.zero;
   if (given("--bucket-mb")) layout.bucket_mb = given_values.bucket_mb;

@@ -96,7 +96,7 @@ RunOptions with_forecast(const RunOptions& run, const TrainConfig& config,
 }
 
 MeshShape mesh_shape(const ParallelConfig& layout) {
-  return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp};
+  return {.pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp, .ep = layout.ep};
 }
 
 // The config a `train` command line gives: the file, its --set overrides, the layout flags.
@@ -117,7 +117,15 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   validate_tensor_parallel(config.model, {layout.tp, 0, layout.sequence_parallel});
   validate_context_parallel(layout.cp, config.seq_len);
   validate_moe_layout(config.model, layout.cp,
-                      layout.pp > 1 && layout.schedule == ScheduleKind::kZeroBubbleH1);
+                      layout.pp > 1 && layout.schedule == ScheduleKind::kZeroBubbleH1, layout.ep,
+                      layout.dp, layout.zero);
+  if (layout.ep > 1 && transport == TransportKind::kGloo) {
+    LATTICE_THROW(ConfigError,
+                  "--ep {} under lattice launch: an elastic recovery does not rebuild the "
+                  "expert-parallel groups yet ---> HINT: run expert parallelism in-process "
+                  "(threads) or under mpirun (--transport mpi)",
+                  layout.ep);
+  }
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {

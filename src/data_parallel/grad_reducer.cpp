@@ -15,8 +15,26 @@ GradReducer::GradReducer(Communicator& dp, ParameterStore& store, GradientSyncOp
   expect_dtype(grads_, DType::kF32, "GradReducer", "gradients");
   const std::vector<FlatRange> params = store.registry().padded_ranges();
   const int64_t elements = options_.bucket_bytes / int64_t(sizeof(float));
-  buckets_ =
-      plan_grad_buckets(params, options_.bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements));
+  const int64_t bucket_elements = options_.bucket_bytes <= 0 ? 0 : std::max<int64_t>(1, elements);
+  // Under expert parallelism a bucket holds dense or expert parameters, never both: they are
+  // summed over different groups. The runs of each kind are planned apart, in flat order.
+  const auto& specs = store.registry().specs();
+  for (size_t first = 0; first < params.size();) {
+    size_t end = first + 1;
+    const bool expert = options_.expert_dp != nullptr && specs[first].expert;
+    while (end < params.size() && (options_.expert_dp != nullptr && specs[end].expert) == expert) {
+      ++end;
+    }
+    const std::vector<FlatRange> run(params.begin() + std::ptrdiff_t(first),
+                                     params.begin() + std::ptrdiff_t(end));
+    for (GradBucket b : plan_grad_buckets(run, bucket_elements)) {
+      b.first_param += int(first);
+      b.end_param += int(first);
+      buckets_.push_back(b);
+      bucket_group_.push_back(expert ? options_.expert_dp : &dp_);
+    }
+    first = end;
+  }
   const int64_t covered = params.empty() ? 0 : params.back().end;
   LATTICE_CHECK(covered == grads_.numel(), "GradReducer: parameters cover {} of {} gradients",
                 covered, grads_.numel());
@@ -64,11 +82,12 @@ void GradReducer::launch(int bucket) {
   float* data = grads_.data<float>() + range.begin;
   CollectiveOptions options{.algorithm = options_.algorithm};
   EventRecorder* recorder = current_event_recorder();  // the rank's, recorded from the comm thread
-  thread_.submit([this, data, range, options, recorder, bucket] {
+  Communicator* group = bucket_group_[size_t(bucket)];
+  thread_.submit([this, data, range, options, recorder, bucket, group] {
     TraceScope scope(recorder, "dp all_reduce bucket", TraceCategory::kCollective,
-                     {{"bucket", bucket}, {"bytes", range.size() * 4}, {"group", dp_.name()}});
+                     {{"bucket", bucket}, {"bytes", range.size() * 4}, {"group", group->name()}});
     Stopwatch watch;
-    dp_.all_reduce(data, range.size(), DType::kF32, ReduceOp::kSum, options);
+    group->all_reduce(data, range.size(), DType::kF32, ReduceOp::kSum, options);
     communication_seconds_ += watch.seconds();
   });
 }
@@ -86,7 +105,7 @@ void GradReducer::after_update() {
 }
 
 void GradReducer::check_replicas() {
-  check_store_replicas(dp_, store_);
+  check_store_replicas(dp_, store_, options_.expert_dp);
 }
 
 GradientSyncStats GradReducer::stats() const {

@@ -51,6 +51,7 @@ class GradReducer final : public GradientSync {
   Tensor grads_;
   GradientSyncOptions options_;
   std::vector<GradBucket> buckets_;
+  std::vector<Communicator*> bucket_group_;  // per bucket: dp, or the experts' replicas
   std::vector<int> bucket_of_param_;
   std::vector<int> params_pending_;  // per bucket
   std::vector<bool> launched_;

@@ -24,6 +24,9 @@ std::unique_ptr<GradientSync> make_gradient_sync(Communicator* dp, ParameterStor
                 "the store is sharded as dp rank {} of {}, the group '{}' has this rank as {} of "
                 "{}: a new group must keep every rank's place",
                 zero.rank, zero.ranks, dp->name(), dp->rank(), dp->size());
+  LATTICE_CHECK(options.expert_dp == nullptr || zero.stage == 0,
+                "expert parallelism with ZeRO-{}: refused before (validate_moe_layout)",
+                zero.stage);
   if (zero.shards_gradients())
     return std::make_unique<ShardedGradients>(*dp, store, arena, options);
   return std::make_unique<GradReducer>(*dp, store, options);
@@ -83,11 +86,23 @@ double wait_for_buckets(CommThread& thread) {
   return watch.seconds();
 }
 
-void check_store_replicas(Communicator& dp, ParameterStore& store) {
-  std::vector<std::string> names;
-  for (const ParameterSpec& spec : store.registry().specs()) names.push_back(spec.name);
-  check_replicas(dp, store.master_sharded() ? store.compute() : store.master(),
-                 store.registry().padded_ranges(), names);
+void check_store_replicas(Communicator& dp, ParameterStore& store, Communicator* expert_dp) {
+  const Tensor& values = store.master_sharded() ? store.compute() : store.master();
+  const std::vector<FlatRange> ranges = store.registry().padded_ranges();
+  // Dense parameters over dp, expert ones over the ranks holding the same experts.
+  for (const bool experts : {false, true}) {
+    Communicator* group = experts ? expert_dp : &dp;
+    if (experts && expert_dp == nullptr) break;
+    std::vector<std::string> names;
+    std::vector<FlatRange> kept;
+    const auto& specs = store.registry().specs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (expert_dp != nullptr && specs[i].expert != experts) continue;
+      names.push_back(specs[i].name);
+      kept.push_back(ranges[i]);
+    }
+    if (!kept.empty() && group->size() > 1) check_replicas(*group, values, kept, names);
+  }
 }
 
 }  // namespace lattice

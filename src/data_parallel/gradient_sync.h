@@ -56,6 +56,9 @@ struct GradientSyncOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // ZeRO-2/3: launched buckets still reducing before lending another waits for the oldest.
   int max_in_flight = 2;
+  // Expert parallelism (ZeRO-0): the group the experts' gradients are summed over (the dp ranks
+  // holding the same experts); nullptr: dp. Their buckets hold expert parameters only.
+  Communicator* expert_dp = nullptr;
 };
 
 class GradientSync {
@@ -115,7 +118,9 @@ double wait_for_buckets(CommThread& thread);
 // Hashes the replicas of `store`'s values over `dp` (the master, or with the master sharded the
 // compute copy and the f32 copies the same gather fills) and fails naming the first parameter
 // that differs (parallel/replica_check.h).
-void check_store_replicas(Communicator& dp, ParameterStore& store);
+// expert_dp: the expert parameters' replicas (expert parallelism), checked over it instead.
+void check_store_replicas(Communicator& dp, ParameterStore& store,
+                          Communicator* expert_dp = nullptr);
 
 // Nothing to synchronise: one replica.
 class LocalGradients final : public GradientSync {

@@ -8,7 +8,29 @@
 
 namespace lattice {
 
-void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight_grads) {
+void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight_grads, int ep,
+                         int dp, int zero) {
+  if (ep > 1) {
+    if (!config.moe()) {
+      LATTICE_THROW(ConfigError,
+                    "--ep {}: model '{}' has no experts to spread ---> HINT: expert parallelism "
+                    "needs model.n_experts > 0 (e.g. model.preset = \"mixtral-tiny\")",
+                    ep, config.name);
+    }
+    if (config.n_experts % ep != 0 || dp % ep != 0) {
+      LATTICE_THROW(ConfigError,
+                    "--ep {} must divide model.n_experts = {} and --dp {} ---> HINT: each of ep "
+                    "consecutive dp ranks holds n_experts / ep experts of every layer",
+                    ep, config.n_experts, dp);
+    }
+    if (zero != 0) {
+      LATTICE_THROW(ConfigError,
+                    "--ep {} with --zero {}: ZeRO shards the optimizer over the whole dp group, "
+                    "which the experts' parameters are not replicated over ---> HINT: use --zero "
+                    "0 with expert parallelism",
+                    ep, zero);
+    }
+  }
   if (!config.moe()) return;
   if (cp > 1) {
     LATTICE_THROW(ConfigError,

@@ -27,7 +27,11 @@ namespace lattice {
 // ConfigError, before any rank allocates, for a layout the sparse layers cannot run yet:
 // context parallelism (routing, capacity and the balance loss work on whole sequences) and
 // deferred weight gradients (zero-bubble schedules).
-void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight_grads);
+// Expert parallelism (ep > 1) also needs a sparse model whose experts split evenly over ep,
+// ep dividing dp, and ZeRO-0 (the sharded optimizer's ranges are laid out over the whole dp
+// group, which expert parameters are not replicated over).
+void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight_grads, int ep = 1,
+                         int dp = 1, int zero = 0);
 
 struct Routing {
   int64_t tokens = 0, experts = 0, k = 0;

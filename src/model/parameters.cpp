@@ -67,8 +67,10 @@ ModelPart whole_model(const ModelConfig& config) {
 }
 
 ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout tp,
-                                     const ModelPart& part)
-    : tp_(tp), part_(part.chunks.empty() ? whole_model(c) : part) {
+                                     const ModelPart& part, ExpertLayout ep)
+    : tp_(tp), ep_(ep), part_(part.chunks.empty() ? whole_model(c) : part) {
+  LATTICE_CHECK(ep.size >= 1 && (c.n_experts == 0 || c.n_experts % ep.size == 0),
+                "{} experts over {} expert-parallel ranks", c.n_experts, ep.size);
   validate_tensor_parallel(c, tp);
   for (const LayerChunk& chunk : part_.chunks) {
     LATTICE_CHECK(0 <= chunk.first_layer && chunk.first_layer <= chunk.last_layer &&
@@ -183,13 +185,17 @@ ParameterRegistry::ParameterRegistry(const ModelConfig& c, TensorParallelLayout 
         const std::string moe = h + "block_sparse_moe.";
         add(moe + "gate.weight", {c.n_experts, C}, ParamInit::kNormal, true, replicated_shard(),
             false);
-        for (int64_t e = 0; e < c.n_experts; ++e) {
+        const int64_t first = ep.first(c.n_experts);
+        for (int64_t e = first; e < first + ep.count(c.n_experts); ++e) {
           const std::string expert = fmt::format("{}experts.{}.", moe, e);
           add(expert + "w1.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}), false);
+          specs_.back().expert = true;
           add(expert + "w2.weight", {C, F}, ParamInit::kResidualNormal, true, split(1, {ff_cols}),
               false);
+          specs_.back().expert = true;
           if (c.mlp == MlpKind::kSwiglu) {
             add(expert + "w3.weight", {F, C}, ParamInit::kNormal, true, split(0, {ff_cols}), false);
+            specs_.back().expert = true;
           }
         }
         continue;

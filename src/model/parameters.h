@@ -20,6 +20,7 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/shard_spec.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero_shards.h"
@@ -56,6 +57,9 @@ struct ParameterSpec {
   // positions); matmul weights are read from the compute copy. Under bf16 compute with the master
   // sharded (ZeRO-1/2) every rank keeps an f32 copy of these.
   bool read_as_f32 = false;
+  // A mixture-of-experts expert's weight: under expert parallelism held only by the ranks of
+  // its expert-parallel position, so reduced over those (DeviceMesh::expert_replicas), not dp.
+  bool expert = false;
 };
 
 // The layers of one pipeline chunk, [first_layer, last_layer), with the embedding (the model's
@@ -92,9 +96,10 @@ void validate_tensor_parallel(const ModelConfig& config, const TensorParallelLay
 
 class ParameterRegistry {
  public:
-  // The parameters of `part` (default: the whole model) as tensor-parallel rank tp holds them.
+  // The parameters of `part` (default: the whole model) as tensor-parallel rank tp holds them;
+  // of a sparse layer's experts only expert-parallel rank ep's share.
   explicit ParameterRegistry(const ModelConfig& config, TensorParallelLayout tp = {},
-                             const ModelPart& part = {});
+                             const ModelPart& part = {}, ExpertLayout ep = {});
 
   const std::vector<ParameterSpec>& specs() const { return specs_; }
   // Elements of this rank's flat store (local shards, alignment padding included).
@@ -104,6 +109,7 @@ class ParameterRegistry {
   int64_t global_elements() const;
   const ModelPart& part() const { return part_; }
   const TensorParallelLayout& tensor_parallel() const { return tp_; }
+  const ExpertLayout& expert_parallel() const { return ep_; }
   const TensorParallelHeads& heads() const { return heads_; }
   // Rows of the token table (and output head) this rank holds: [start, start + valid), padded
   // locally to the same count on every rank.
@@ -125,6 +131,7 @@ class ParameterRegistry {
   std::vector<ParameterSpec> specs_;
   int64_t total_ = 0;
   TensorParallelLayout tp_;
+  ExpertLayout ep_;
   ModelPart part_;
   TensorParallelHeads heads_;
   int64_t vocab_start_ = 0, vocab_valid_ = 0;

@@ -159,6 +159,11 @@ struct Transformer::Activations {
     Tensor router_logits, router_probs, router_lse;
     Tensor dispatched, expert_out;
     Routing routing;
+    // The expert side: the rows this rank's experts received (cdt) and their outputs (f32), in
+    // blocks (source rank, local expert) at expert_blocks' offsets; aliases of dispatched and
+    // expert_out without expert parallelism. send_rows / recv_rows: rows to / from each ep peer.
+    Tensor expert_x, expert_y;
+    std::vector<int64_t> expert_blocks, send_rows, recv_rows;
   };
   // (L + 1) entries (R, C) f32, defined for the held chunks' layers: input of layer l; entry L
   // is the final output. A chunk's input and output are its first and last entries.
@@ -201,19 +206,24 @@ struct Transformer::Scratch {
   // (M, C) f32, of the gates (N · k) f32 and of the router's logits (N, E) f32 and as a matmul
   // operand (cdt; alias when f32).
   Tensor dexpert_out, ddispatched, dgates, drouter, drouter_c;
+  // The expert side's gradients (aliases without expert parallelism): of the received rows'
+  // outputs (cdt) and of the received rows (f32).
+  Tensor dexpert_y, dexpert_x;
   // Recompute: one layer's forward buffers shared by all layers and slots (full), or only the
   // attention core's (selective).
   Activations::PerLayer recomputed;
 };
 
 Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp,
-                         const ModelPart& part, ZeroSharding zero, ContextParallel cp)
+                         const ModelPart& part, ZeroSharding zero, ContextParallel cp,
+                         ExpertParallel ep)
     : config_(std::move(config)),
       arena_(arena),
       compute_dtype_(compute_dtype),
       tp_(std::move(tp)),
       cp_(cp),
-      registry_(config_, tp_.layout(), part),
+      ep_(ep),
+      registry_(config_, tp_.layout(), part, ep_.layout()),
       store_(registry_, arena, compute_dtype, zero) {
   const ParameterRegistry& r = registry_;
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
@@ -264,7 +274,8 @@ Transformer::Transformer(ModelConfig config, Arena& arena, DType compute_dtype, 
         const std::string moe = h + "block_sparse_moe.";
         layer.moe = true;
         layer.router = find_linear(r, moe + "gate", false);
-        for (int64_t e = 0; e < config_.n_experts; ++e) {
+        const int64_t first = ep_.layout().first(config_.n_experts);
+        for (int64_t e = first; e < first + ep_.layout().count(config_.n_experts); ++e) {
           const std::string expert = fmt::format("{}experts.{}.", moe, e);
           // One profile row per map for all experts: "gemm expert w1 fwd".
           auto expert_linear = [&](const char* map) {
@@ -308,6 +319,7 @@ struct Transformer::Sizes {
   bool sp = false;  // sequence parallelism over more than one rank
   int64_t N = 0, R = 0, C = 0, H = 0, HS = 0, QH = 0, KH = 0, Q = 0, K = 0;
   int64_t M = 0;  // rows of the MLP's hidden state: N, or N · k packed rows under MoE
+  int64_t X = 0;  // rows a rank's experts may receive: M, or ep · M under expert parallelism
   int64_t E = 0;  // experts (0: dense)
 };
 
@@ -326,6 +338,7 @@ Transformer::Sizes Transformer::sizes(int64_t B, int64_t T) const {
   z.K = z.KH * z.HS;
   z.E = config_.n_experts;
   z.M = config_.moe() ? max_padded_rows(z.N * config_.experts_per_token, z.E) : z.N;
+  z.X = z.M * ep_.size();
   return z;
 }
 
@@ -344,18 +357,22 @@ namespace {
 
 // A layer's MLP buffers: the hidden state's pre-activation(s) and activation, and under MoE the
 // router's and the dispatch's.
+// M: the packed rows this rank sends; X: the rows its experts may receive (M, or ep · M under
+// expert parallelism: every peer may send all its rows to one rank's experts).
 template <class Alloc, class PerLayer>
-void alloc_mlp(Alloc alloc, PerLayer& p, int64_t N, int64_t M, int64_t C, int64_t H, int64_t E,
-               DType cdt, bool swiglu) {
-  p.up = alloc(Shape{M, H}, cdt);
-  if (swiglu) p.gate = alloc(Shape{M, H}, cdt);
-  p.act = alloc(Shape{M, H}, cdt);
+void alloc_mlp(Alloc alloc, PerLayer& p, int64_t N, int64_t M, int64_t X, int64_t C, int64_t H,
+               int64_t E, DType cdt, bool swiglu) {
+  p.up = alloc(Shape{X, H}, cdt);
+  if (swiglu) p.gate = alloc(Shape{X, H}, cdt);
+  p.act = alloc(Shape{X, H}, cdt);
   if (E == 0) return;
   p.router_logits = alloc(Shape{N, E}, DType::kF32);
   p.router_probs = alloc(Shape{N, E}, DType::kF32);
   p.router_lse = alloc(Shape{N}, DType::kF32);
   p.dispatched = alloc(Shape{M, C}, cdt);
   p.expert_out = alloc(Shape{M, C}, DType::kF32);
+  p.expert_x = X == M ? p.dispatched : alloc(Shape{X, C}, cdt);
+  p.expert_y = X == M ? p.expert_out : alloc(Shape{X, C}, DType::kF32);
 }
 
 }  // namespace
@@ -421,7 +438,7 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
     p.ln2_mean = alloc({R}, DType::kF32);
     p.ln2_rstd = alloc({R}, DType::kF32);
     p.ln2_full = gathered(p.ln2, {N, C});
-    alloc_mlp(alloc, p, N, z.M, C, H, z.E, cdt, swiglu);
+    alloc_mlp(alloc, p, N, z.M, z.X, C, H, z.E, cdt, swiglu);
   }
   if (part.has_head()) {
     const int64_t W = registry_.at(lm_head_).local_shape[0];
@@ -471,15 +488,17 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
     w->dk_in = alloc({B, T, KH, HS}, cdt);
   }
   if (c.family == ModelFamily::kGpt2) w->dqkv = alloc({N, Q + 2 * K}, cdt);
-  w->dact = alloc({z.M, H}, cdt);
-  w->dup = alloc({z.M, H}, cdt);
-  if (c.mlp == MlpKind::kSwiglu) w->dgate = alloc({z.M, H}, cdt);
+  w->dact = alloc({z.X, H}, cdt);
+  w->dup = alloc({z.X, H}, cdt);
+  if (c.mlp == MlpKind::kSwiglu) w->dgate = alloc({z.X, H}, cdt);
   if (c.moe()) {
     w->dexpert_out = alloc({z.M, C}, cdt);
     w->ddispatched = alloc({z.M, C}, DType::kF32);
     w->dgates = alloc({N * c.experts_per_token}, DType::kF32);
     w->drouter = alloc({N, z.E}, DType::kF32);
     w->drouter_c = cdt == DType::kF32 ? w->drouter : alloc({N, z.E}, cdt);
+    w->dexpert_y = z.X == z.M ? w->dexpert_out : alloc({z.X, C}, cdt);
+    w->dexpert_x = z.X == z.M ? w->ddispatched : alloc({z.X, C}, DType::kF32);
   }
   if (cdt != DType::kF32 && part.has_head()) {
     w->dlogits = alloc({N, registry_.at(lm_head_).local_shape[0]}, cdt);
@@ -504,7 +523,7 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
     p.ln2_mean = alloc({R}, DType::kF32);
     p.ln2_rstd = alloc({R}, DType::kF32);
     p.ln2_full = gathered(p.ln2, {N, C});
-    alloc_mlp(alloc, p, N, z.M, C, H, z.E, cdt, swiglu);
+    alloc_mlp(alloc, p, N, z.M, z.X, C, H, z.E, cdt, swiglu);
   }
   scratch_ = std::move(w);
   return *scratch_;
@@ -791,6 +810,27 @@ void write_row(Tensor& t, int64_t row, const float* in) {
 
 }  // namespace
 
+int64_t Transformer::exchange_to_experts(Activations& a, int64_t l) {
+  Activations::PerLayer& p = a.layer[size_t(l)];
+  const Routing& r = p.routing;
+  const int64_t E = config_.n_experts, n = ep_.size(), local = E / n;
+  std::vector<int64_t> rows(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e)
+    rows[size_t(e)] = r.expert_begin[size_t(e) + 1] - r.expert_begin[size_t(e)];
+  // Blocks (source, local expert); without expert parallelism one source, this rank.
+  const std::vector<int64_t> block_rows =
+      n == 1 ? rows : ep_.exchange_counts(rows, p.send_rows, p.recv_rows);
+  p.expert_blocks.assign(size_t(n * local) + 1, 0);
+  for (size_t b = 0; b < block_rows.size(); ++b) {
+    p.expert_blocks[b + 1] = p.expert_blocks[b] + block_rows[b];
+  }
+  if (n > 1) {
+    ep_.exchange_rows(p.dispatched.raw_data(), p.send_rows, p.expert_x.raw_data(), p.recv_rows,
+                      config_.d_model, p.dispatched.dtype());
+  }
+  return p.expert_blocks.back();
+}
+
 double Transformer::moe_forward(Activations& a, Scratch& w, int64_t l) {
   const ModelConfig& c = config_;
   const ParameterStore& s = store_;
@@ -823,31 +863,39 @@ double Transformer::moe_forward(Activations& a, Scratch& w, int64_t l) {
       }
     }
   }
-  // Each expert on its rows.
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
-    if (begin == end) continue;
-    const Tensor x = p.dispatched.slice_rows(begin, end);
+  // To the experts' ranks (dispatch), each local expert on its blocks, and back (combine).
+  const int64_t X = exchange_to_experts(a, l);
+  const int64_t local = int64_t(L.expert_down.size());
+  auto for_each_block = [&](auto&& run) {
+    for (size_t b = 0; b + 1 < p.expert_blocks.size(); ++b) {
+      const int64_t begin = p.expert_blocks[b], end = p.expert_blocks[b + 1];
+      if (begin < end) run(size_t(int64_t(b) % local), begin, end);
+    }
+  };
+  for_each_block([&](size_t e, int64_t begin, int64_t end) {
+    const Tensor x = p.expert_x.slice_rows(begin, end);
     Tensor up = p.up.slice_rows(begin, end);
-    linear_forward(s, L.expert_up[size_t(e)], up, x);
+    linear_forward(s, L.expert_up[e], up, x);
     if (c.mlp == MlpKind::kSwiglu) {
       Tensor gate = p.gate.slice_rows(begin, end);
-      linear_forward(s, L.expert_gate[size_t(e)], gate, x);
+      linear_forward(s, L.expert_gate[e], gate, x);
     }
-  }
-  if (M > 0) {
-    Tensor act = p.act.slice_rows(0, M);
+  });
+  if (X > 0) {
+    Tensor act = p.act.slice_rows(0, X);
     if (c.mlp == MlpKind::kGelu) {
-      gelu_forward(act, p.up.slice_rows(0, M));
+      gelu_forward(act, p.up.slice_rows(0, X));
     } else {
-      swiglu_forward(act, p.gate.slice_rows(0, M), p.up.slice_rows(0, M));
+      swiglu_forward(act, p.gate.slice_rows(0, X), p.up.slice_rows(0, X));
     }
   }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
-    if (begin == end) continue;
-    Tensor out = p.expert_out.slice_rows(begin, end);
-    linear_forward(s, L.expert_down[size_t(e)], out, p.act.slice_rows(begin, end));
+  for_each_block([&](size_t e, int64_t begin, int64_t end) {
+    Tensor out = p.expert_y.slice_rows(begin, end);
+    linear_forward(s, L.expert_down[e], out, p.act.slice_rows(begin, end));
+  });
+  if (ep_.size() > 1) {
+    ep_.exchange_rows(p.expert_y.raw_data(), p.recv_rows, p.expert_out.raw_data(), p.send_rows, C,
+                      DType::kF32);
   }
   // Combine: each token's experts weighted by their gates, in slot order.
   w.proj_full.zero_();
@@ -870,7 +918,7 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   const ParameterStore& s = store_;
   const Layer& L = layers_[size_t(l)];
   Activations::PerLayer& p = a.layer[size_t(l)];
-  const int64_t N = a.N, C = c.d_model, E = c.n_experts, k = c.experts_per_token;
+  const int64_t N = a.N, C = c.d_model, k = c.experts_per_token;
   const Routing& r = p.routing;
   const int64_t M = r.rows();
   // Gates and experts' outputs: y_t = Σ g · out_m, so dg = dy_t · out_m and dout_m = g · dy_t.
@@ -898,39 +946,53 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   }
   // Each tp rank's experts' outputs are partial sums over its hidden features: so is dg.
   tp_.all_reduce(w.dgates, fmt::format("layer {} router gates (bwd)", l));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
-    if (begin == end) continue;
-    Tensor dact = w.dact.slice_rows(begin, end);
-    const Tensor dy_e = w.dexpert_out.slice_rows(begin, end);
-    linear_backward_input(s, L.expert_down[size_t(e)], dact, false, dy_e);
-    linear_backward_weight(s, L.expert_down[size_t(e)], dy_e, p.act.slice_rows(begin, end));
+  // The outputs' gradients to the experts' ranks, the experts' backward on their blocks, the
+  // rows' gradients back: the forward's exchanges reversed.
+  if (ep_.size() > 1) {
+    ep_.exchange_rows(w.dexpert_out.raw_data(), p.send_rows, w.dexpert_y.raw_data(), p.recv_rows, C,
+                      w.dexpert_out.dtype());
   }
-  if (M > 0) {
-    Tensor dup = w.dup.slice_rows(0, M);
+  const int64_t X = p.expert_blocks.back();
+  const int64_t local = int64_t(L.expert_down.size());
+  auto for_each_block = [&](auto&& run) {
+    for (size_t b = 0; b + 1 < p.expert_blocks.size(); ++b) {
+      const int64_t begin = p.expert_blocks[b], end = p.expert_blocks[b + 1];
+      if (begin < end) run(size_t(int64_t(b) % local), begin, end);
+    }
+  };
+  for_each_block([&](size_t e, int64_t begin, int64_t end) {
+    Tensor dact = w.dact.slice_rows(begin, end);
+    const Tensor dy_e = w.dexpert_y.slice_rows(begin, end);
+    linear_backward_input(s, L.expert_down[e], dact, false, dy_e);
+    linear_backward_weight(s, L.expert_down[e], dy_e, p.act.slice_rows(begin, end));
+  });
+  if (X > 0) {
+    Tensor dup = w.dup.slice_rows(0, X);
     dup.zero_();
     if (c.mlp == MlpKind::kGelu) {
-      gelu_backward(dup, w.dact.slice_rows(0, M), p.up.slice_rows(0, M));
+      gelu_backward(dup, w.dact.slice_rows(0, X), p.up.slice_rows(0, X));
     } else {
-      Tensor dgate = w.dgate.slice_rows(0, M);
+      Tensor dgate = w.dgate.slice_rows(0, X);
       dgate.zero_();
-      swiglu_backward(dgate, dup, w.dact.slice_rows(0, M), p.gate.slice_rows(0, M),
-                      p.up.slice_rows(0, M));
+      swiglu_backward(dgate, dup, w.dact.slice_rows(0, X), p.gate.slice_rows(0, X),
+                      p.up.slice_rows(0, X));
     }
   }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = r.expert_begin[size_t(e)], end = r.expert_begin[size_t(e) + 1];
-    if (begin == end) continue;
-    const Tensor x = p.dispatched.slice_rows(begin, end);
-    Tensor dx = w.ddispatched.slice_rows(begin, end);
+  for_each_block([&](size_t e, int64_t begin, int64_t end) {
+    const Tensor x = p.expert_x.slice_rows(begin, end);
+    Tensor dx = w.dexpert_x.slice_rows(begin, end);
     const Tensor dup = w.dup.slice_rows(begin, end);
-    linear_backward_input(s, L.expert_up[size_t(e)], dx, false, dup);
-    linear_backward_weight(s, L.expert_up[size_t(e)], dup, x);
+    linear_backward_input(s, L.expert_up[e], dx, false, dup);
+    linear_backward_weight(s, L.expert_up[e], dup, x);
     if (c.mlp == MlpKind::kSwiglu) {
       const Tensor dgate = w.dgate.slice_rows(begin, end);
-      linear_backward_input(s, L.expert_gate[size_t(e)], dx, true, dgate);
-      linear_backward_weight(s, L.expert_gate[size_t(e)], dgate, x);
+      linear_backward_input(s, L.expert_gate[e], dx, true, dgate);
+      linear_backward_weight(s, L.expert_gate[e], dgate, x);
     }
+  });
+  if (ep_.size() > 1) {
+    ep_.exchange_rows(w.dexpert_x.raw_data(), p.recv_rows, w.ddispatched.raw_data(), p.send_rows, C,
+                      DType::kF32);
   }
   // Combine the dispatched rows' gradients into their tokens', in row order.
   w.dln_full.zero_();

@@ -39,6 +39,7 @@
 #include "model/parameter_hooks.h"
 #include "model/parameters.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 
@@ -67,8 +68,10 @@ class Transformer {
   // part: the layers this rank holds (default: all of them).
   // zero: what the parameter store holds under ZeRO (model/parameters.h ParameterStore).
   // cp: this rank's context-parallel group (default: none, whole sequences).
+  // ep: this rank's expert-parallel group (default: none, every expert held here).
   Transformer(ModelConfig config, Arena& arena, DType compute_dtype, TensorParallel tp = {},
-              const ModelPart& part = {}, ZeroSharding zero = {}, ContextParallel cp = {});
+              const ModelPart& part = {}, ZeroSharding zero = {}, ContextParallel cp = {},
+              ExpertParallel ep = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -79,6 +82,7 @@ class Transformer {
   DType compute_dtype() const { return compute_dtype_; }
   TensorParallel& tensor_parallel() { return tp_; }
   ContextParallel& context_parallel() { return cp_; }
+  ExpertParallel& expert_parallel() { return ep_; }
   // Switches context parallelism (inference: every rank runs whole sequences). Activations are
   // rebuilt on the next forward.
   void set_context_parallel(bool on);
@@ -163,6 +167,9 @@ class Transformer {
   // The sparse MLP of a mixture-of-experts layer: w.proj_full = Σ gate · expert(ln2_full) per
   // token (partial over tp, like the dense MLP's output); returns the router losses.
   double moe_forward(Activations& a, Scratch& w, int64_t l);
+  // Sends each packed row of `l`'s routing to the rank of its expert (the rows stay here without
+  // expert parallelism) and lays out the received blocks; returns the rows received.
+  int64_t exchange_to_experts(Activations& a, int64_t l);
   // From w.dy_full to w.dln_full (the partial gradient of ln2_full) and the router's and the
   // experts' weight gradients.
   void moe_backward(Activations& a, Scratch& w, int64_t l);
@@ -184,6 +191,7 @@ class Transformer {
   DType compute_dtype_;
   TensorParallel tp_;
   ContextParallel cp_;
+  ExpertParallel ep_;
   bool cp_on_ = true;
   Recompute recompute_ = Recompute::kNone;
   float backward_loss_scale_ = 1.0f;  // of the backward in progress (the router losses')

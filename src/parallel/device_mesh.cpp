@@ -16,6 +16,12 @@ namespace {
 void validate_axes(const MeshShape& shape) {
   const std::pair<const char*, int> axes[] = {
       {"pp", shape.pp}, {"dp", shape.dp}, {"cp", shape.cp}, {"tp", shape.tp}};
+  if (shape.ep < 1 || shape.dp % shape.ep != 0) {
+    LATTICE_THROW(ConfigError,
+                  "mesh {}: --ep {} must divide --dp {} (experts spread over consecutive dp "
+                  "ranks) ---> HINT: choose an --ep that divides --dp",
+                  shape.to_string(), shape.ep, shape.dp);
+  }
   for (const auto& [axis, size] : axes) {
     if (size < 1) {
       LATTICE_THROW(ConfigError,
@@ -145,6 +151,15 @@ DeviceMesh::DeviceMesh(Communicator& world, MeshShape shape)
                                  cp_suffix(shape_, coordinates_)))),
       embedding_(make_embedding_group(pp_, shape_, coordinates_)),
       cp_(make_cp_group(world, shape_, coordinates_)),
-      replicas_(make_replica_group(world, shape_, coordinates_)) {}
+      replicas_(make_replica_group(world, shape_, coordinates_)) {
+  if (shape_.ep <= 1) return;
+  const MeshCoordinates& at = coordinates_;
+  ep_ = split_axis(dp_, at.dp / shape_.ep, at.dp % shape_.ep,
+                   fmt::format("ep[pp{}·tp{}·dp{}-{}]", at.pp, at.tp, at.dp / shape_.ep * shape_.ep,
+                               at.dp / shape_.ep * shape_.ep + shape_.ep - 1));
+  expert_replicas_ =
+      split_axis(dp_, at.dp % shape_.ep, at.dp / shape_.ep,
+                 fmt::format("edp[pp{}·tp{}·ep{}]", at.pp, at.tp, at.dp % shape_.ep));
+}
 
 }  // namespace lattice

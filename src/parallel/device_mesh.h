@@ -22,6 +22,9 @@ struct MeshShape {
   int dp = 1;
   int tp = 1;
   int cp = 1;  // context parallelism (parallel/context_parallel.h)
+  // Expert parallelism: groups of ep consecutive dp ranks share a layer's experts (not an axis
+  // of the world: ep divides dp).
+  int ep = 1;
 
   int world_size() const { return pp * dp * cp * tp; }
   std::string to_string() const;  // "pp1·dp2·tp2"; "pp1·dp1·cp2·tp2" with cp
@@ -73,6 +76,12 @@ class DeviceMesh {
   // tied embeddings reduce their gradients over it. nullptr on the middle stages; a group of one
   // when pp == 1.
   Communicator* embedding() { return embedding_ ? &*embedding_ : nullptr; }
+  // Expert parallelism (ep > 1): the ep consecutive dp ranks whose experts together make a
+  // layer's (group rank = dp coordinate mod ep), and the dp ranks holding the same experts as
+  // this one (dp coordinate / ep), over which their gradients are summed. nullptr / the dp group
+  // when ep == 1.
+  Communicator* ep() { return ep_ ? &*ep_ : nullptr; }
+  Communicator& expert_replicas() { return expert_replicas_ ? *expert_replicas_ : replicas(); }
 
   bool is_first_stage() const { return coordinates_.pp == 0; }
   bool is_last_stage() const { return coordinates_.pp == shape_.pp - 1; }
@@ -87,6 +96,7 @@ class DeviceMesh {
   std::optional<Communicator> embedding_;
   std::optional<Communicator> cp_;
   std::optional<Communicator> replicas_;
+  std::optional<Communicator> ep_, expert_replicas_;
 };
 
 }  // namespace lattice

@@ -73,7 +73,9 @@ RankMetrics::RankMetrics(const std::filesystem::path& run_dir, DeviceMesh& mesh,
       at_(mesh.coordinates()),
       arena_(arena),
       profile_(std::move(profile)) {
-  const Communicator* groups[] = {&mesh.replicas(), &mesh.tp(), &mesh.pp(), mesh.cp()};
+  const Communicator* groups[] = {
+      &mesh.replicas(), &mesh.tp(), &mesh.pp(),
+      mesh.cp(),        mesh.ep(),  mesh.ep() != nullptr ? &mesh.expert_replicas() : nullptr};
   for (const Communicator* group : groups) {
     if (group != nullptr && group->size() > 1) groups_.push_back({group, group->stats()});
   }

@@ -8,16 +8,17 @@
 
 namespace lattice {
 
-double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* tp,
-                        Communicator* pp) {
+double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* tp, Communicator* pp,
+                        Communicator* ep) {
   // grads() holds [held.begin, held.end) of the flat store: all of it, or the ZeRO-2/3 shard.
   const Tensor& grads = store.grads();
   const FlatRange held = store.grad_range();
   const FlatRange counted = dp.counted_range();
   const bool split_tp = tp != nullptr && tp->size() > 1;
   const bool split_pp = pp != nullptr && pp->size() > 1;
-  double local = 0.0;
-  if (!split_tp && !split_pp) {
+  const bool split_ep = ep != nullptr && ep->size() > 1;
+  double local = 0.0, experts = 0.0;
+  if (!split_tp && !split_pp && !split_ep) {
     if (counted.size() > 0) {
       local =
           grad_sum_squares(grads.slice_rows(counted.begin - held.begin, counted.end - held.begin));
@@ -28,10 +29,14 @@ double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* t
       if (spec.tied_copy) continue;  // counted on the first stage
       const int64_t lo = std::max(counted.begin, spec.offset);
       const int64_t hi = std::min(counted.end, spec.offset + spec.local_shape.numel());
-      if (lo < hi) local += grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
+      if (lo >= hi) continue;
+      // Each rank of an ep group holds other experts: their squares add up over the group.
+      (split_ep && spec.expert ? experts : local) +=
+          grad_sum_squares(grads.slice_rows(lo - held.begin, hi - held.begin));
     }
   }
   local = dp.sum_counted(local);
+  if (split_ep) local += sum_over_ranks(*ep, {experts})[0];
   if (split_tp) local = sum_over_ranks(*tp, {local})[0];
   if (split_pp) local = sum_over_ranks(*pp, {local})[0];
   return std::sqrt(local);

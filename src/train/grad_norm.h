@@ -17,8 +17,9 @@ namespace lattice {
 // groups (nullptr or a group of one: not split that way). Collective over all three groups:
 // every rank of the model calls it, and all get the same value. A probe can call it between
 // backward and update.
-double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* tp,
-                        Communicator* pp);
+// ep: the expert-parallel group, whose ranks hold different experts (nullptr: none).
+double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* tp, Communicator* pp,
+                        Communicator* ep = nullptr);
 
 // Σ g² of the rank's gradients (accumulated in double).
 double grad_sum_squares(const Tensor& grads);

@@ -59,7 +59,8 @@ void hash_held_state(Trainer& trainer, RankRun& run) {
 
 LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& options) {
   const ParallelConfig& layout = options.layout;
-  const MeshShape shape{.pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp};
+  const MeshShape shape{
+      .pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp, .ep = layout.ep};
   if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1 || options.threads < 1 ||
       options.steps < 0 || options.warmup_steps < 0) {
     LATTICE_THROW(ConfigError,
@@ -114,7 +115,7 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
         hash_held_state(trainer, memory);
         memory.gradient_sync = trainer.gradient_sync_stats();
         memory.pipeline = trainer.pipeline_stats();
-        for (Communicator* group : {&mesh.replicas(), &mesh.tp(), mesh.cp()}) {
+        for (Communicator* group : {&mesh.replicas(), &mesh.tp(), mesh.cp(), mesh.ep()}) {
           if (group == nullptr || group->size() == 1) continue;
           for (int c = 0; c < kCollectiveCount; ++c) {
             const CollectiveTotals totals = group->stats().totals(Collective(c));

@@ -24,9 +24,12 @@ namespace lattice {
 // `lattice train` flag given on the command line (--dp, --tp, --sp, --zero, --bucket-mb,
 // --transport, --check-replicas) overrides the key of the same name.
 struct ParallelConfig {
-  int dp = 1;                      // data-parallel ranks
-  int tp = 1;                      // tensor-parallel ranks (tp fastest in the mesh)
-  int cp = 1;                      // context-parallel ranks: each sequence split (after tp)
+  int dp = 1;  // data-parallel ranks
+  int tp = 1;  // tensor-parallel ranks (tp fastest in the mesh)
+  int cp = 1;  // context-parallel ranks: each sequence split (after tp)
+  // Expert parallelism (docs/moe.md): each sparse layer's experts spread over groups of ep
+  // consecutive dp ranks, tokens sent to their experts' ranks and back by all-to-all.
+  int ep = 1;
   bool sequence_parallel = false;  // key "sp": split the residual stream's rows over tp
   int zero = 0;                    // ZeRO stage 0-3 (what each shards: parallel/zero_shards.h)
   double bucket_mb = 1.0;          // gradient bucket size (dp > 1)

@@ -57,6 +57,8 @@ TrainingData open_training_data(const TrainConfig& config) {
 ParallelSetup parallel_setup(const ParallelConfig& layout, DeviceMesh& mesh) {
   return {.dp = &mesh.replicas(),
           .cp = mesh.cp(),
+          .ep = mesh.ep(),
+          .expert_dp = mesh.ep() != nullptr ? &mesh.expert_replicas() : nullptr,
           .zero = layout.zero,
           .bucket_bytes = int64_t(layout.bucket_mb * double(1 << 20)),
           .check_replicas = layout.check_replicas,
@@ -115,8 +117,10 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   // context parallelism).
   validate_tensor_parallel(config_.model, {tp_size_, tp_rank_, parallel_.sequence_parallel});
   validate_context_parallel(cp_size_, config_.seq_len);
+  const int ep_size = parallel_.ep != nullptr ? parallel_.ep->size() : 1;
   validate_moe_layout(config_.model, cp_size_,
-                      pp_size_ > 1 && parallel_.schedule == ScheduleKind::kZeroBubbleH1);
+                      pp_size_ > 1 && parallel_.schedule == ScheduleKind::kZeroBubbleH1, ep_size,
+                      dp_size_, parallel_.zero);
   const int64_t local_seq_len = config_.seq_len / cp_size_;
   if (parallel_.sequence_parallel && (config_.micro_batch * local_seq_len) % tp_size_ != 0) {
     LATTICE_THROW(ConfigError,
@@ -164,7 +168,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
   const ZeroSharding zero{parallel_.zero, replica_size(), replica_rank()};
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
                                          TensorParallel(parallel_.tp, parallel_.sequence_parallel),
-                                         part, zero, ContextParallel(parallel_.cp));
+                                         part, zero, ContextParallel(parallel_.cp),
+                                         ExpertParallel(parallel_.ep));
   model_->set_recompute(parallel_.recompute);
   model_->initialize(config_.seed);  // identical on every replica: a function of the seed
   const int64_t P = model_->registry().total_elements();
@@ -188,12 +193,18 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
 void Trainer::build_gradient_sync() {
   model_->set_parameter_hooks(nullptr);
   sync_.reset();  // joins its comm thread: nothing is in flight between steps
-  GradientSyncOptions options{.bucket_bytes = parallel_.bucket_bytes};
+  GradientSyncOptions options{.bucket_bytes = parallel_.bucket_bytes,
+                              .expert_dp = parallel_.expert_dp};
   sync_ = make_gradient_sync(parallel_.dp, model_->parameters(), arena_, options);
   model_->set_parameter_hooks(sync_->parameter_hooks());
 }
 
 void Trainer::rejoin_data_parallel(Communicator& dp) {
+  if (parallel_.ep != nullptr && parallel_.ep->size() > 1) {
+    LATTICE_THROW(ConfigError,
+                  "an elastic generation cannot rebuild the expert-parallel groups yet ---> HINT: "
+                  "run --ep under mpirun or in-process threads, or --ep 1 under lattice launch");
+  }
   if (dp.size() != replica_size() || dp.rank() != replica_rank()) {
     LATTICE_THROW(ConfigError,
                   "rejoining the data-parallel group '{}' as rank {} of {}: this trainer is rank "
@@ -364,7 +375,8 @@ StepMetrics Trainer::train_step() {
   report_phase(Phase::kOptimizer);
   TraceScope update_scope(current_event_recorder(), "clip and update", TraceCategory::kOptimizer);
   Stopwatch update_watch;
-  const double grad_norm = global_grad_norm(params, *sync_, parallel_.tp, parallel_.pp);
+  const double grad_norm =
+      global_grad_norm(params, *sync_, parallel_.tp, parallel_.pp, parallel_.ep);
   grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
   optimizer_->step(lr);

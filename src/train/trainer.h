@@ -74,6 +74,11 @@ struct ParallelSetup {
   // Context parallelism (parallel/context_parallel.h): the cp group each sequence is split over;
   // its ranks are consecutive in `dp` (rank = dp coordinate · cp + cp coordinate).
   Communicator* cp = nullptr;
+  // Expert parallelism: the group a sparse layer's experts are spread over (nullptr: every rank
+  // holds them all), and the group its experts' gradients are summed over (the dp group's ranks
+  // holding the same experts; nullptr: dp).
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
   // ZeRO stage over dp (parallel/zero_shards.h): 0 replicated; 1 AdamW moments sharded; 2 also
   // the gradients; 3 also the parameters (pp = 1 only).
   int zero = 0;

@@ -17,7 +17,7 @@ TrainConfig moe_config(float capacity_factor, const std::filesystem::path& data)
   m.seq_len = 32;
   m.capacity_factor = capacity_factor;
   return testing::equivalence_config(
-      m, data, {.seq_len = 32, .global_batch = 4, .micro_batches = 2, .steps = kSteps});
+      m, data, {.seq_len = 32, .global_batch = 8, .micro_batches = 2, .steps = kSteps});
 }
 
 LayoutRunResult train(const TrainConfig& config, ParallelConfig layout) {
@@ -46,6 +46,14 @@ const std::vector<MoeLayout> kMoeLayouts = {
     {"recompute_selective_tp2", {.tp = 2, .recompute = Recompute::kSelective}},
     {"capacity_dp2", {.dp = 2}, 0.75f},
     {"capacity_tp2_pp2", {.tp = 2, .pp = 2}, 0.75f},
+    // Expert parallelism: each layer's 4 experts over ep consecutive dp ranks.
+    {"dp2_ep2", {.dp = 2, .ep = 2}},
+    {"dp4_ep2", {.dp = 4, .ep = 2}},
+    {"dp4_ep4", {.dp = 4, .ep = 4}},
+    {"dp2_ep2_tp2", {.dp = 2, .tp = 2, .ep = 2}},
+    {"dp2_ep2_pp2", {.dp = 2, .ep = 2, .pp = 2}},
+    {"dp2_ep2_tp2_sp", {.dp = 2, .tp = 2, .ep = 2, .sequence_parallel = true}},
+    {"capacity_dp2_ep2", {.dp = 2, .ep = 2}, 0.75f},
 };
 
 class MoeTraining : public ::testing::TestWithParam<MoeLayout> {};
@@ -63,6 +71,17 @@ TEST_P(MoeTraining, TenStepsMatchTheSingleRankRun) {
     EXPECT_NEAR(split.ranks[0].grad_norms[s], norm, 1e-4 * norm) << "step " << s + 1;
   }
   EXPECT_LT(single.losses.back(), single.losses.front());
+  if (l.layout.ep > 1) {  // the tokens crossed ranks: every rank all-to-all'ed over its ep group
+    for (const RankRun& rank : split.ranks) {
+      uint64_t exchanges = 0;
+      for (const GroupTraffic& t : rank.traffic) {
+        if (t.group.starts_with("ep[") && t.collective == Collective::kAllToAll) {
+          exchanges += t.calls;
+        }
+      }
+      EXPECT_GT(exchanges, 0u) << rank.at.to_string();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeTraining, ::testing::ValuesIn(kMoeLayouts),
