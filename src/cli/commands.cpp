@@ -12,6 +12,7 @@ void register_commands(CLI::App& app) {
   register_bench_command(app);
   register_bench_tp_command(app);
   register_bench_cp_command(app);
+  register_bench_moe_command(app);
   register_bench_dp_command(app);
   register_bench_pipeline_command(app);
   register_ckpt_command(app);

@@ -24,6 +24,7 @@ void register_bench_comm_command(CLI::App& app);
 void register_bench_command(CLI::App& app);  // bench train, bench calibrate
 void register_bench_tp_command(CLI::App& app);
 void register_bench_cp_command(CLI::App& app);
+void register_bench_moe_command(CLI::App& app);
 void register_bench_dp_command(CLI::App& app);
 void register_bench_pipeline_command(CLI::App& app);  // bench pipeline
 void register_ckpt_command(CLI::App& app);            // ckpt inspect

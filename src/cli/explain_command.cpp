@@ -19,6 +19,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "model/model_description.h"
+#include "model/moe_router.h"
 #include "parallel/device_mesh.h"
 #include "parallel/zero_shards.h"
 #include "spec/pipeline_schedule.h"
@@ -38,6 +39,7 @@ struct ExplainArgs {
   bool sp = false;
   int dp = 0;
   int cp = 0;
+  int ep = 0;
   int zero = -1;
   int pp = 1;
   std::string schedule = "1f1b";
@@ -171,6 +173,41 @@ void print_collectives(const std::vector<CollectiveRecord>& records, const Expla
              bytes_text(micro_batch_bytes), bytes_text(step_bytes));
 }
 
+// Every sparse layer's experts on this rank and the exchanges that carry its tokens to them
+// (parallel/expert_parallel.h, in the order Transformer::moe_forward / moe_backward run them).
+void print_experts(const ExplainArgs& args, const RankWorkload& w, const MeshCoordinates& at) {
+  const ModelConfig& m = w.model;
+  if (!m.moe()) return;
+  const int64_t E = m.n_experts, first = w.ep.first(E), count = w.ep.count(E);
+  const int64_t rows = max_padded_rows(w.tokens() * m.experts_per_token, E);
+  const std::string cdt(dtype_name(w.compute_dtype));
+  fmt::print(
+      "\nmixture of experts: every layer routes its {} tokens to {} of {} experts (packed rows, "
+      "at most {} with padding); this rank holds experts [{}, {}) of each layer\n",
+      w.tokens(), m.experts_per_token, E, rows, first, first + count);
+  if (args.ep <= 1) {
+    fmt::print(
+        "  no expert parallelism: the rows stay on this rank; expert gradients are summed over "
+        "dp like the others\n");
+    return;
+  }
+  const int block = at.dp / args.ep * args.ep;
+  const std::string group =
+      fmt::format("ep[pp{}·tp{}·dp{}-{}]", at.pp, at.tp, block, block + args.ep - 1);
+  const std::string replicas = fmt::format("edp[pp{}·tp{}·ep{}]", at.pp, at.tp, at.dp % args.ep);
+  fmt::print(
+      "  per layer on {} ({} ranks), in order:\n"
+      "    forward   all_to_all  rows per (source, expert)   i32, {} per peer\n"
+      "    forward   all_to_all  dispatch: the rows          {} x C={}, counts per peer, at most "
+      "{} rows sent\n"
+      "    forward   all_to_all  combine: the experts' out   f32 x C, the same counts reversed\n"
+      "    backward  all_to_all  grad of the experts' out    {} x C, dispatch's counts\n"
+      "    backward  all_to_all  grad of the rows            f32 x C, combine's counts\n"
+      "  expert gradients: all_reduce over {} ({} ranks holding the same experts); dense "
+      "gradients over dp ({} ranks)\n",
+      group, args.ep, count, cdt, m.d_model, rows, cdt, replicas, args.dp / args.ep, args.dp);
+}
+
 // Every layer's attention under context parallelism: the hops of its ring on this rank, the
 // block products at each, and what goes over the cp group (ring_schedule, the order the ring
 // runs them in).
@@ -258,11 +295,13 @@ void run_explain(ExplainArgs args) {
   if (args.tp == 0) args.tp = config.parallel.tp;
   if (args.dp == 0) args.dp = config.parallel.dp;
   if (args.cp == 0) args.cp = config.parallel.cp;
+  if (args.ep == 0) args.ep = config.parallel.ep;
   if (args.zero < 0) args.zero = config.parallel.zero;
   args.sp = args.sp || config.parallel.sequence_parallel;
-  const MeshShape mesh{.pp = args.pp, .dp = args.dp, .tp = args.tp, .cp = args.cp};
+  const MeshShape mesh{.pp = args.pp, .dp = args.dp, .tp = args.tp, .cp = args.cp, .ep = args.ep};
   validate_mesh(mesh, mesh.world_size());
   validate_context_parallel(args.cp, config.seq_len);
+  validate_moe_layout(config.model, args.cp, false, args.ep, args.dp, std::max(args.zero, 0));
   if (args.rank < 0 || args.rank >= mesh.world_size()) {
     LATTICE_THROW(ConfigError,
                   "--rank {} is outside the {} ranks of {} ---> HINT: give a rank in [0, {})",
@@ -282,6 +321,7 @@ void run_explain(ExplainArgs args) {
                  config.seq_len / args.cp,
                  config.compute_dtype};
   w.recompute = parse_recompute(args.recompute);
+  w.ep = {args.ep, at.dp % args.ep};
   // Zero-bubble schedules split backward: the weight gradients' inputs wait in the slot.
   w.deferred_weights =
       pipeline && parse_schedule_kind(args.schedule) == ScheduleKind::kZeroBubbleH1;
@@ -331,6 +371,7 @@ void run_explain(ExplainArgs args) {
   print_activations(acts, w, args.rank, args.cp);
   print_collectives(collectives, args);
   print_ring(args, w, at);
+  print_experts(args, w, at);
   if (pipeline) print_schedule(args, w, stage_parts, micro_batches);
 }
 
@@ -349,6 +390,10 @@ void register_explain_command(CLI::App& app) {
                 "Sequence parallelism within the tensor-parallel group (default: parallel.sp)");
   cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
       ->check(positive_number());
+  cmd->add_option("--ep", args->ep,
+                  "Expert-parallel ranks: each sparse layer's experts over ep consecutive dp "
+                  "ranks (default: parallel.ep)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--cp", args->cp,
                   "Context-parallel ranks: each sequence split, attention as a ring (default: "
                   "parallel.cp)")

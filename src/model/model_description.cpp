@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/moe_router.h"
 #include "model/parameters.h"
 
 namespace lattice {
@@ -22,6 +23,8 @@ struct RankSizes {
   int64_t partial_grad_elements = 0;
   ModelPart part;  // never empty here
   DType cdt = DType::kF32;
+  // Mixture of experts: E experts, k a token; M packed rows sent, X rows an expert side may get.
+  int64_t E = 0, k = 0, M = 0, X = 0;
   bool gpt2 = false, swiglu = false, rope = false;
 };
 
@@ -34,7 +37,7 @@ void check_compute_dtype(DType dtype) {
 
 RankSizes rank_sizes(const RankWorkload& w) {
   check_compute_dtype(w.compute_dtype);
-  const ParameterRegistry registry(w.model, w.tp, w.part);  // validates the layout; specs only
+  const ParameterRegistry registry(w.model, w.tp, w.part, w.ep);  // validates; specs only
   const ModelConfig& c = w.model;
   RankSizes s;
   s.tp = w.tp.size;
@@ -51,6 +54,12 @@ RankSizes rank_sizes(const RankWorkload& w) {
                   s.T, c.seq_len);
   }
   s.N = s.B * s.T;
+  if (c.moe()) {
+    s.E = c.n_experts;
+    s.k = c.experts_per_token;
+    s.M = max_padded_rows(s.N * s.k, s.E);
+    s.X = s.M * w.ep.size;
+  }
   if (s.sp && s.N % s.tp != 0) {
     LATTICE_THROW(ConfigError,
                   "sequence parallelism splits the {}·{} = {} token rows of a micro-batch over "
@@ -87,7 +96,7 @@ RankSizes rank_sizes(const RankWorkload& w) {
 
 ParameterTable parameter_table(const RankWorkload& w, int64_t optimizer_elements) {
   check_compute_dtype(w.compute_dtype);
-  const ParameterRegistry registry(w.model, w.tp, w.part);
+  const ParameterRegistry registry(w.model, w.tp, w.part, w.ep);
   const bool mixed = w.compute_dtype != DType::kF32;
   // Bytes per element of a parameter: the f32 master, plus the rounded compute copy under bf16
   // (with f32 compute the master is the compute copy).
@@ -121,7 +130,7 @@ ParameterTable parameter_table(const RankWorkload& w, int64_t optimizer_elements
 
 ParameterTable parameter_table(const RankWorkload& w, const ZeroSharding& zero) {
   ParameterTable table = parameter_table(w, -1);
-  const ParameterRegistry registry(w.model, w.tp, w.part);
+  const ParameterRegistry registry(w.model, w.tp, w.part, w.ep);
   const bool mixed = w.compute_dtype != DType::kF32;
   const int64_t P = table.store_elements;
   const FlatRange owned = zero.owned(P);
@@ -221,9 +230,25 @@ ActivationTable activation_table(const RankWorkload& w) {
       add_rows(p + "ln_2 mean", 0, f32);
       add_rows(p + "ln_2 rstd", 0, f32);
       add_gathered(p + "ln_2", cdt);
-      add(p + "mlp up", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
-      if (s.swiglu) add(p + "mlp gate", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
-      add(p + "mlp act", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
+      if (s.E == 0) {
+        add(p + "mlp up", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
+        if (s.swiglu) add(p + "mlp gate", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
+        add(p + "mlp act", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
+        return;
+      }
+      // The experts' rows: at most X received (the padded packed rows of every ep peer).
+      add(p + "experts up", {s.X, s.F}, {s.X, s.H}, hidden, cdt);
+      if (s.swiglu) add(p + "experts gate", {s.X, s.F}, {s.X, s.H}, hidden, cdt);
+      add(p + "experts act", {s.X, s.F}, {s.X, s.H}, hidden, cdt);
+      add(p + "router logits", {s.N, s.E}, {s.N, s.E}, "replicated", f32);
+      add(p + "router probs", {s.N, s.E}, {s.N, s.E}, "replicated", f32);
+      add(p + "router lse", {s.N}, {s.N}, "replicated", f32);
+      add(p + "dispatched rows", {s.M, s.C}, {s.M, s.C}, "replicated", cdt);
+      add(p + "experts out", {s.M, s.C}, {s.M, s.C}, partial, f32);
+      if (s.X != s.M) {
+        add(p + "received rows", {s.X, s.C}, {s.X, s.C}, "replicated", cdt);
+        add(p + "received rows' out", {s.X, s.C}, {s.X, s.C}, partial, f32);
+      }
     }
   };
   // Kept per layer: all (none), all but the attention core (selective), nothing (full).
@@ -283,10 +308,22 @@ ActivationTable activation_table(const RankWorkload& w) {
     add("grad k (before rope)", kv_global, kv_local, kv_heads, cdt);
   }
   if (s.gpt2) add("grad qkv", {s.N, s.C + 2 * s.NKV * s.HS}, {s.N, s.Q + 2 * s.K}, heads, cdt);
-  add("grad mlp act", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
-  add("grad mlp up", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
-  if (s.swiglu) add("grad mlp gate", {s.N, s.F}, {s.N, s.H}, hidden, cdt);
+  const int64_t hidden_rows = s.E > 0 ? s.X : s.N;
+  add("grad mlp act", {hidden_rows, s.F}, {hidden_rows, s.H}, hidden, cdt);
+  add("grad mlp up", {hidden_rows, s.F}, {hidden_rows, s.H}, hidden, cdt);
+  if (s.swiglu) add("grad mlp gate", {hidden_rows, s.F}, {hidden_rows, s.H}, hidden, cdt);
   if (cdt != f32 && s.part.has_head()) add("grad logits", {s.N, s.V}, {s.N, s.W}, vocab, cdt);
+  if (s.E > 0) {
+    add("grad experts out", {s.M, s.C}, {s.M, s.C}, "replicated", cdt);
+    add("grad dispatched rows", {s.M, s.C}, {s.M, s.C}, partial, f32);
+    add("grad gates", {s.N * s.k}, {s.N * s.k}, partial, f32);
+    add("grad router logits", {s.N, s.E}, {s.N, s.E}, "replicated", f32);
+    if (cdt != f32) add("grad router logits (operand)", {s.N, s.E}, {s.N, s.E}, "replicated", cdt);
+    if (s.X != s.M) {
+      add("grad received rows' out", {s.X, s.C}, {s.X, s.C}, "replicated", cdt);
+      add("grad received rows", {s.X, s.C}, {s.X, s.C}, partial, f32);
+    }
+  }
   // Recompute: one layer's forward buffers shared by every layer and micro-batch.
   if (w.recompute != Recompute::kNone) {
     add_layer("recomputed ", true, w.recompute == Recompute::kFull);

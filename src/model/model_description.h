@@ -38,6 +38,8 @@ struct RankWorkload {
   Recompute recompute = Recompute::kNone;  // Transformer::set_recompute
   // Zero-bubble schedules' deferred weight gradients (backward_chunk(..., defer_weights)).
   bool deferred_weights = false;
+  // Expert parallelism: which share of each sparse layer's experts the rank holds.
+  ExpertLayout ep{};
 
   int64_t tokens() const { return micro_batch * (seq_len > 0 ? seq_len : model.seq_len); }
 };

@@ -785,6 +785,15 @@ double Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
 
 namespace {
 
+// run(local expert, begin, end) for each non-empty block (source rank, local expert) of the
+// rows an expert side holds, blocks at `offsets`.
+template <class Run>
+void for_each_expert_block(const std::vector<int64_t>& offsets, int64_t local, Run&& run) {
+  for (size_t b = 0; b + 1 < offsets.size(); ++b) {
+    if (offsets[b] < offsets[b + 1]) run(size_t(int64_t(b) % local), offsets[b], offsets[b + 1]);
+  }
+}
+
 // Row `row` of a (rows, C) f32 or bf16 tensor as f32.
 void read_row(const Tensor& t, int64_t row, float* out) {
   const int64_t C = t.dim(1);
@@ -866,12 +875,7 @@ double Transformer::moe_forward(Activations& a, Scratch& w, int64_t l) {
   // To the experts' ranks (dispatch), each local expert on its blocks, and back (combine).
   const int64_t X = exchange_to_experts(a, l);
   const int64_t local = int64_t(L.expert_down.size());
-  auto for_each_block = [&](auto&& run) {
-    for (size_t b = 0; b + 1 < p.expert_blocks.size(); ++b) {
-      const int64_t begin = p.expert_blocks[b], end = p.expert_blocks[b + 1];
-      if (begin < end) run(size_t(int64_t(b) % local), begin, end);
-    }
-  };
+  auto for_each_block = [&](auto&& run) { for_each_expert_block(p.expert_blocks, local, run); };
   for_each_block([&](size_t e, int64_t begin, int64_t end) {
     const Tensor x = p.expert_x.slice_rows(begin, end);
     Tensor up = p.up.slice_rows(begin, end);
@@ -954,12 +958,7 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   }
   const int64_t X = p.expert_blocks.back();
   const int64_t local = int64_t(L.expert_down.size());
-  auto for_each_block = [&](auto&& run) {
-    for (size_t b = 0; b + 1 < p.expert_blocks.size(); ++b) {
-      const int64_t begin = p.expert_blocks[b], end = p.expert_blocks[b + 1];
-      if (begin < end) run(size_t(int64_t(b) % local), begin, end);
-    }
-  };
+  auto for_each_block = [&](auto&& run) { for_each_expert_block(p.expert_blocks, local, run); };
   for_each_block([&](size_t e, int64_t begin, int64_t end) {
     Tensor dact = w.dact.slice_rows(begin, end);
     const Tensor dy_e = w.dexpert_y.slice_rows(begin, end);

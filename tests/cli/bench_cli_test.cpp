@@ -106,6 +106,29 @@ TEST(BenchCli, ContextParallelPrintsTheExposedRingShareAndHalvesTheActivations) 
   EXPECT_NE(refused.err.find("multiple of 8"), std::string::npos) << refused.err;
 }
 
+// Expert parallelism over the same 2 ranks: ep 1 (every rank holds every expert) the baseline,
+// ep 2 sends rows by all-to-all, holds fewer parameters and computes the same losses.
+TEST(BenchCli, MoePrintsTheAllToAllShareAndSpreadsTheExperts) {
+  const CliResult r = run_cli(bench({"moe", "--batch", "4", "--seq", "64", "--steps", "1",
+                                     "--warmup", "0", "--dp", "2", "--ep", "1,2"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 2u) << r.out;
+  EXPECT_EQ(table[0][0], "1");
+  EXPECT_EQ(table[0][4], "1.00x") << r.out;
+  EXPECT_EQ(table[0][7], "0.00") << r.out;  // MB/step: nothing exchanged at ep 1
+  EXPECT_EQ(table[1][0], "2");
+  EXPECT_TRUE(table[1][6].ends_with("%")) << r.out;
+  EXPECT_GT(std::stod(table[1][7]), 0.0) << r.out;
+  EXPECT_LT(std::stod(table[1][8]), std::stod(table[0][8])) << r.out;  // params MiB
+  EXPECT_EQ(table[1].back(), table[0].back()) << r.out;                // losses
+
+  const CliResult refused = run_cli(bench({"moe", "--dp", "2", "--ep", "1,3"}), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("--ep 3 must divide"), std::string::npos) << refused.err;
+}
+
 TEST(BenchCli, TensorParallelRefusesASequenceLongerThanTheModel) {
   const CliResult r =
       run_cli(bench({"tp", "--preset", "gpt2-tiny", "--seq", "256", "--tp", "1"}), kLimitS);

@@ -52,6 +52,27 @@ TEST(ExplainCli, ContextParallelShowsEachHopOfTheRingAndItsChunkProducts) {
   EXPECT_NE(refused.err.find("multiple of 6"), std::string::npos) << refused.err;
 }
 
+// A mixture-of-experts model at dp 2 × ep 2: rank 1 lists only its experts (2 and 3) and the
+// exchanges of every sparse layer over its ep group, in the order they run.
+TEST(ExplainCli, ExpertParallelShowsEachRanksExpertsAndTheAllToAlls) {
+  const CliResult r = run_cli(explain(kTinyConfig, {"--set", "model.preset=\"mixtral-tiny\"",
+                                                    "--dp", "2", "--ep", "2", "--rank", "1"}),
+                              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("model.layers.0.block_sparse_moe.experts.3.w2.weight"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("block_sparse_moe.experts.0."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this rank holds experts [2, 4) of each layer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("per layer on ep[pp0·tp0·dp0-1] (2 ranks)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("forward   all_to_all  dispatch: the rows"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backward  all_to_all  grad of the rows"), std::string::npos) << r.out;
+
+  const CliResult refused = run_cli(
+      explain(kTinyConfig, {"--set", "model.preset=\"mixtral-tiny\"", "--dp", "2", "--ep", "3"}),
+      kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+}
+
 TEST(ExplainCli, TensorParallelShowsEachRanksHalfOfTheShardedWeights) {
   const CliResult r = run_cli(explain(kTinyConfig, {"--tp", "2", "--rank", "1"}), kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();

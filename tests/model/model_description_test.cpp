@@ -150,19 +150,17 @@ TEST_P(DescriptionMatchesArena, ActivationAndParameterBytesEqualTheRealModel) {
   for (int r = 0; r < c.tp; ++r) expect_description_matches(c, measured[size_t(r)], r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DescriptionMatchesArena,
-                         ::testing::Values(Case{"gpt2-tiny", 1, false, DType::kF32},
-                                           Case{"gpt2-tiny", 1, false, DType::kBF16},
-                                           Case{"llama-tiny", 1, false, DType::kF32},
-                                           Case{"llama-tiny", 1, false, DType::kBF16},
-                                           Case{"gpt2-swiglu-rope", 1, false, DType::kBF16},
-                                           Case{"gpt2-tiny", 2, false, DType::kF32},
-                                           Case{"gpt2-tiny", 2, true, DType::kF32},
-                                           Case{"gpt2-tiny", 4, true, DType::kBF16},
-                                           Case{"llama-tiny", 2, true, DType::kBF16},
-                                           Case{"llama-tiny", 4, false, DType::kF32},
-                                           Case{"llama-kv1-bias", 2, true, DType::kF32}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DescriptionMatchesArena,
+    ::testing::Values(
+        Case{"gpt2-tiny", 1, false, DType::kF32}, Case{"gpt2-tiny", 1, false, DType::kBF16},
+        Case{"llama-tiny", 1, false, DType::kF32}, Case{"llama-tiny", 1, false, DType::kBF16},
+        Case{"gpt2-swiglu-rope", 1, false, DType::kBF16}, Case{"gpt2-tiny", 2, false, DType::kF32},
+        Case{"gpt2-tiny", 2, true, DType::kF32}, Case{"gpt2-tiny", 4, true, DType::kBF16},
+        Case{"llama-tiny", 2, true, DType::kBF16}, Case{"llama-tiny", 4, false, DType::kF32},
+        Case{"llama-kv1-bias", 2, true, DType::kF32}, Case{"mixtral-tiny", 1, false, DType::kF32},
+        Case{"mixtral-tiny", 1, false, DType::kBF16}, Case{"mixtral-tiny", 2, true, DType::kBF16}),
+    case_name);
 
 // Measures `c` with `options` on its tp ranks and compares every rank with its description.
 void expect_matches_with(const Case& c, const Options& options) {
