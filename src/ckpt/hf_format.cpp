@@ -137,52 +137,42 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
   if (c.norm != NormKind::kRmsNorm) refuse("its norm is not rmsnorm");
   if (c.position != PositionKind::kRope) refuse("its positions are not rope");
   if (c.mlp != MlpKind::kSwiglu) refuse("its MLP is not swiglu");
-  if (c.moe()) {
-    if (c.bias) refuse("it has biases");
-    // Mixtral's keys; the router's z-loss and capacity have none in transformers (which trains
-    // dropless without a z-loss), so they travel under lattice_ keys for an exact round trip.
-    return {{"architectures", {"MixtralForCausalLM"}},
-            {"model_type", "mixtral"},
-            {"vocab_size", c.vocab_size},
-            {"hidden_size", c.d_model},
-            {"intermediate_size", c.d_ff},
-            {"num_hidden_layers", c.n_layer},
-            {"num_attention_heads", c.n_head},
-            {"num_key_value_heads", c.n_kv_head},
-            {"max_position_embeddings", c.seq_len},
-            {"rms_norm_eps", c.norm_eps},
-            {"rope_theta", c.rope_theta},
-            {"hidden_act", "silu"},
-            {"sliding_window", nullptr},
-            {"attention_dropout", 0.0},
-            {"num_local_experts", c.n_experts},
-            {"num_experts_per_tok", c.experts_per_token},
-            {"router_aux_loss_coef", c.moe_aux_loss},
-            {"router_jitter_noise", 0.0},
-            {"output_router_logits", false},
-            {"lattice_router_z_loss_coef", c.moe_z_loss},
-            {"lattice_capacity_factor", c.capacity_factor},
-            {"initializer_range", c.init_std},
-            {"tie_word_embeddings", c.tied_embeddings},
-            {"torch_dtype", "float32"}};
-  }
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.d_model},
-          {"intermediate_size", c.d_ff},
-          {"num_hidden_layers", c.n_layer},
-          {"num_attention_heads", c.n_head},
-          {"num_key_value_heads", c.n_kv_head},
-          {"max_position_embeddings", c.seq_len},
-          {"rms_norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta},
-          {"hidden_act", "silu"},
-          {"attention_bias", c.bias},
-          {"mlp_bias", c.bias},
-          {"initializer_range", c.init_std},
-          {"tie_word_embeddings", c.tied_embeddings},
-          {"torch_dtype", "float32"}};
+  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                           {"model_type", "llama"},
+                           {"vocab_size", c.vocab_size},
+                           {"hidden_size", c.d_model},
+                           {"intermediate_size", c.d_ff},
+                           {"num_hidden_layers", c.n_layer},
+                           {"num_attention_heads", c.n_head},
+                           {"num_key_value_heads", c.n_kv_head},
+                           {"max_position_embeddings", c.seq_len},
+                           {"rms_norm_eps", c.norm_eps},
+                           {"rope_theta", c.rope_theta},
+                           {"hidden_act", "silu"},
+                           {"attention_bias", c.bias},
+                           {"mlp_bias", c.bias},
+                           {"initializer_range", c.init_std},
+                           {"tie_word_embeddings", c.tied_embeddings},
+                           {"torch_dtype", "float32"}};
+  if (!c.moe()) return config;
+  if (c.bias) refuse("it has biases");
+  // Mixtral: Llama's keys without the bias switches, plus the experts'. The router's z-loss and
+  // capacity have none in transformers (which trains dropless without a z-loss), so they travel
+  // under lattice_ keys for an exact round trip.
+  config.erase("attention_bias");
+  config.erase("mlp_bias");
+  config["architectures"] = {"MixtralForCausalLM"};
+  config["model_type"] = "mixtral";
+  config.update({{"sliding_window", nullptr},
+                 {"attention_dropout", 0.0},
+                 {"num_local_experts", c.n_experts},
+                 {"num_experts_per_tok", c.experts_per_token},
+                 {"router_aux_loss_coef", c.moe_aux_loss},
+                 {"router_jitter_noise", 0.0},
+                 {"output_router_logits", false},
+                 {"lattice_router_z_loss_coef", c.moe_z_loss},
+                 {"lattice_capacity_factor", c.capacity_factor}});
+  return config;
 }
 
 namespace {

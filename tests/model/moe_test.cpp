@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "model/moe_router.h"
 #include "model/transformer.h"
+#include "tiny_batch.h"
 
 namespace lattice {
 namespace {
@@ -114,21 +115,8 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   }
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-  Tensor tokens_t() { return Tensor::borrow(tokens.data(), {2, 6}, DType::kI32); }
-  Tensor targets_t() { return Tensor::borrow(targets.data(), {2, 6}, DType::kI32); }
-};
-
-Batch make_batch(int64_t vocab) {
-  Batch b;
-  PhiloxStream rng(3, 4);
-  for (int i = 0; i < 12; ++i) {
-    b.tokens.push_back(int32_t(rng.next_below(uint64_t(vocab))));
-    b.targets.push_back(int32_t(rng.next_below(uint64_t(vocab))));
-  }
-  return b;
-}
+using Batch = testing::TinyBatch;
+using testing::make_tiny_batch;
 
 ModelConfig tiny_moe(MlpKind mlp, float capacity_factor) {
   ModelConfig c = model_preset("mixtral-tiny");
@@ -179,7 +167,7 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   Arena arena("test");
   Transformer model(tiny_moe(GetParam().mlp, GetParam().capacity_factor), arena, DType::kF32);
   model.initialize(7);
-  Batch batch = make_batch(model.config().vocab_size);
+  Batch batch = make_tiny_batch(model.config().vocab_size);
   ParameterStore& store = model.parameters();
   store.zero_grads();
   ForwardResult r = model.forward(batch.tokens_t(), batch.targets_t());
@@ -234,7 +222,7 @@ TEST(MoeRouterLosses, ReachTheRoutersGradient) {
     Arena arena("test");
     Transformer model(c, arena, DType::kF32);
     model.initialize(7);
-    Batch batch = make_batch(c.vocab_size);
+    Batch batch = make_tiny_batch(c.vocab_size);
     model.parameters().zero_grads();
     ForwardResult r = model.forward(batch.tokens_t(), batch.targets_t());
     model.backward(float(1.0 / double(r.token_count)));

@@ -6,6 +6,7 @@
 
 #include "core/philox.h"
 #include "model/transformer.h"
+#include "tiny_batch.h"
 
 namespace lattice {
 namespace {
@@ -24,21 +25,8 @@ ModelConfig tiny(ModelFamily family) {
   return c;
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-  Tensor tokens_t() { return Tensor::borrow(tokens.data(), {2, 6}, DType::kI32); }
-  Tensor targets_t() { return Tensor::borrow(targets.data(), {2, 6}, DType::kI32); }
-};
-
-Batch make_batch(int64_t vocab) {
-  Batch b;
-  PhiloxStream rng(3, 4);
-  for (int i = 0; i < 12; ++i) {
-    b.tokens.push_back(int32_t(rng.next_below(uint64_t(vocab))));
-    b.targets.push_back(int32_t(rng.next_below(uint64_t(vocab))));
-  }
-  return b;
-}
+using Batch = testing::TinyBatch;
+using testing::make_tiny_batch;
 
 double loss_of(Transformer& model, Batch& batch) {
   ForwardResult r = model.forward(batch.tokens_t(), batch.targets_t());
@@ -51,7 +39,7 @@ TEST_P(TransformerGradient, MatchesFiniteDifferences) {
   Arena arena("test");
   Transformer model(tiny(GetParam()), arena, DType::kF32);
   model.initialize(7);
-  Batch batch = make_batch(model.config().vocab_size);
+  Batch batch = make_tiny_batch(model.config().vocab_size);
   ParameterStore& store = model.parameters();
 
   store.zero_grads();
