@@ -142,9 +142,11 @@ std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, in
   // A sharded optimizer's range is this dp rank's to write (ZeRO-1: every range has exactly one
   // owner). Replicas of an unsharded one hold the same numbers: each writes its 1/dp of the
   // flat store, so that no rank writes (and stalls on) the whole state for all of them.
-  // Under expert parallelism (ZeRO-0) the experts' parameters differ between the ep ranks: each
-  // is written by the dp ranks holding the same experts, 1/(dp/ep) of the store each, the dense
-  // ones by all dp ranks as without it.
+  // Under expert parallelism the experts' parameters differ between the ep ranks: each is written
+  // by the dp ranks holding the same experts, 1/(dp/ep) of the store each (ZeRO-0) or their
+  // owned shard (ZeRO-1, sharded over those ranks), the dense ones as without it under ZeRO-0,
+  // and under ZeRO-1 by the owners among the ranks of ep rank 0 (each group of ranks holding
+  // the same experts owns every dense element once).
   const ExpertLayout& ep = registry.expert_parallel();
   const bool split_experts = ep.size > 1;
   std::vector<OwnedShard> shards;
@@ -155,7 +157,9 @@ std::vector<OwnedShard> training_shards(Transformer& model, AdamW& optimizer, in
     int64_t begin = optimizer.shard_begin();
     int64_t end = optimizer.shard_end();
     int64_t moments_from = 0;
-    if (!optimizer.sharded() && writers > 1) {
+    if (optimizer.sharded()) {
+      if (split_experts && !experts && ep.rank != 0) continue;
+    } else if (writers > 1) {
       const int64_t total = end - begin;
       begin = total * writer / writers;
       end = total * (writer + 1) / writers;

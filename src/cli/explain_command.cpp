@@ -339,13 +339,18 @@ void run_explain(ExplainArgs args) {
   // replica rank dp · cp + cp).
   const int replicas = args.dp * args.cp, replica = at.dp * args.cp + at.cp;
   std::string zero_note = replicas > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
-  if (args.zero >= 1 && replicas > 1) {
+  // Under expert parallelism ZeRO shards over the dp / ep ranks holding the same experts.
+  const ZeroSharding sharding = zero_sharding(args.zero, replicas, replica, args.ep);
+  if (args.zero >= 1 && sharding.ranks > 1) {
     // What the stage shards, as the ParameterStore allocates it on this replica.
-    params = parameter_table(w, ZeroSharding{args.zero, replicas, replica});
+    params = parameter_table(w, sharding);
     const bool master = args.zero >= 3 || config.compute_dtype != DType::kF32;
     zero_note = fmt::format(
-        " (ZeRO {}: {} rank {}'s shard of {} for {})", args.zero, args.cp > 1 ? "dp·cp" : "dp",
-        replica, replicas,
+        " (ZeRO {}: {} rank {}'s shard of {} for {})", args.zero,
+        args.ep > 1  ? "expert-replica"
+        : args.cp > 1 ? "dp·cp"
+                      : "dp",
+        sharding.rank, sharding.ranks,
         args.zero >= 3   ? "the optimizer state, gradients and parameters"
         : args.zero == 2 ? (master ? "the optimizer state, f32 master and gradients"
                                    : "the optimizer state and gradients")

@@ -97,11 +97,11 @@ FlatRange GradReducer::counted_range() const {
 }
 
 double GradReducer::sum_counted(double local) {
-  return store_.zero().shards_optimizer() ? sum_over_ranks(dp_, {local})[0] : local;
+  return store_.zero().shards_optimizer() ? sum_over_ranks(zero_group(), {local})[0] : local;
 }
 
 void GradReducer::after_update() {
-  if (store_.zero().shards_optimizer()) share_owned_updates(dp_, store_);
+  if (store_.zero().shards_optimizer()) share_owned_updates(zero_group(), store_);
 }
 
 void GradReducer::check_replicas() {

@@ -45,6 +45,8 @@ class GradReducer final : public GradientSync {
 
  private:
   void launch(int bucket);
+  // What ZeRO-1 shards over: dp, or under expert parallelism the experts' replicas.
+  Communicator& zero_group() { return options_.expert_dp != nullptr ? *options_.expert_dp : dp_; }
 
   Communicator& dp_;
   ParameterStore& store_;

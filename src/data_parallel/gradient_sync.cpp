@@ -20,11 +20,15 @@ std::unique_ptr<GradientSync> make_gradient_sync(Communicator* dp, ParameterStor
     LATTICE_CHECK(zero.ranks == 1, "a store sharded over {} ranks without a dp group", zero.ranks);
     return std::make_unique<LocalGradients>(store);
   }
-  LATTICE_CHECK(zero.ranks == dp->size() && zero.rank == dp->rank(),
-                "the store is sharded as dp rank {} of {}, the group '{}' has this rank as {} of "
+  // ZeRO shards over the dp group, or under expert parallelism over the ranks holding the same
+  // experts (zero_sharding).
+  const Communicator& sharded_over = options.expert_dp != nullptr ? *options.expert_dp : *dp;
+  LATTICE_CHECK(zero.ranks == sharded_over.size() && zero.rank == sharded_over.rank(),
+                "the store is sharded as rank {} of {}, the group '{}' has this rank as {} of "
                 "{}: a new group must keep every rank's place",
-                zero.rank, zero.ranks, dp->name(), dp->rank(), dp->size());
-  LATTICE_CHECK(options.expert_dp == nullptr || zero.stage == 0,
+                zero.rank, zero.ranks, sharded_over.name(), sharded_over.rank(),
+                sharded_over.size());
+  LATTICE_CHECK(options.expert_dp == nullptr || zero.stage <= 1,
                 "expert parallelism with ZeRO-{}: refused before (validate_moe_layout)",
                 zero.stage);
   if (zero.shards_gradients())

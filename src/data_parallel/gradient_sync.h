@@ -56,8 +56,9 @@ struct GradientSyncOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // ZeRO-2/3: launched buckets still reducing before lending another waits for the oldest.
   int max_in_flight = 2;
-  // Expert parallelism (ZeRO-0): the group the experts' gradients are summed over (the dp ranks
-  // holding the same experts); nullptr: dp. Their buckets hold expert parameters only.
+  // Expert parallelism (ZeRO-0 and 1): the group the experts' gradients are summed over (the dp
+  // ranks holding the same experts), and the group ZeRO-1 shards over (zero_sharding); nullptr:
+  // dp. Their buckets hold expert parameters only.
   Communicator* expert_dp = nullptr;
 };
 

@@ -232,7 +232,7 @@ CheckResult check_cores(const DoctorInput& in) {
 // What one rank of pipeline stage `stage` and tp rank `tp_rank` of `c` (its batch resolved)
 // computes, for model/model_description.h's tables.
 RankWorkload workload_of(const TrainConfig& c, const StagePartition& partition, int stage,
-                         int tp_rank) {
+                         int tp_rank, int dp_rank = 0) {
   const ParallelConfig& p = c.parallel;
   return {.model = c.model,
           .tp = {p.tp, tp_rank, p.sequence_parallel},
@@ -241,7 +241,8 @@ RankWorkload workload_of(const TrainConfig& c, const StagePartition& partition, 
           .compute_dtype = c.compute_dtype,
           .part = p.pp > 1 ? stage_part(partition, p.pp, stage) : ModelPart{},
           .recompute = p.recompute,
-          .deferred_weights = p.pp > 1 && p.schedule == ScheduleKind::kZeroBubbleH1};
+          .deferred_weights = p.pp > 1 && p.schedule == ScheduleKind::kZeroBubbleH1,
+          .ep = {.size = p.ep, .rank = dp_rank % p.ep}};
 }
 
 // ---- Memory headroom ------------------------------------------------------------------------
@@ -257,7 +258,7 @@ std::vector<int64_t> stage_bytes(const TrainConfig& c) {
   for (int stage = 0; stage < p.pp; ++stage) {
     const RankWorkload w = workload_of(c, partition, stage, 0);
     const ParameterTable params =
-        parameter_table(w, ZeroSharding{.stage = p.zero, .ranks = p.dp, .rank = 0});
+        parameter_table(w, zero_sharding(p.zero, p.dp, 0, p.ep));
     const ActivationTable acts = activation_table(w);
     const int slots = p.pp > 1 ? activation_slots(schedule.per_rank[size_t(stage)]) : 1;
     bytes.push_back(params.parameter_bytes + params.gradient_bytes + params.optimizer_bytes +
@@ -756,9 +757,9 @@ CheckResult check_sharding(const DoctorInput& in) {
                                  {MemoryCategory::kGradients, "gradients", 2},
                                  {MemoryCategory::kParameters, "parameters", 3}};
   for (const RankRun& rank : run.ranks) {
-    const RankWorkload w = workload_of(slice, partition, rank.at.pp, rank.at.tp);
+    const RankWorkload w = workload_of(slice, partition, rank.at.pp, rank.at.tp, rank.at.dp);
     const ParameterTable expected =
-        parameter_table(w, ZeroSharding{.stage = p.zero, .ranks = p.dp, .rank = rank.at.dp});
+        parameter_table(w, zero_sharding(p.zero, p.dp, rank.at.dp, p.ep));
     const int64_t expected_bytes[] = {expected.optimizer_bytes, expected.gradient_bytes,
                                       expected.parameter_bytes};
     for (int i = 0; i < 3; ++i) {

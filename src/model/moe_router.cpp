@@ -23,11 +23,12 @@ void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight
                     "consecutive dp ranks holds n_experts / ep experts of every layer",
                     ep, config.n_experts, dp);
     }
-    if (zero != 0) {
+    if (zero >= 2) {
       LATTICE_THROW(ConfigError,
-                    "--ep {} with --zero {}: ZeRO shards the optimizer over the whole dp group, "
-                    "which the experts' parameters are not replicated over ---> HINT: use --zero "
-                    "0 with expert parallelism",
+                    "--ep {} with --zero {}: ZeRO-2/3 reduce gradients into shards of the whole "
+                    "dp group, over which the experts' parameters differ ---> HINT: use --zero 0 "
+                    "or 1 with expert parallelism (ZeRO-1 shards the optimizer over the dp / ep "
+                    "ranks holding the same experts)",
                     ep, zero);
     }
   }

@@ -21,6 +21,11 @@ FlatRange zero_shard(int64_t total, int n, int rank) {
   return FlatRange{begin, std::min(total, begin + per_rank)};
 }
 
+ZeroSharding zero_sharding(int stage, int dp, int dp_rank, int ep) {
+  LATTICE_CHECK(ep >= 1 && dp % ep == 0, "zero_sharding: ep {} does not divide dp {}", ep, dp);
+  return ZeroSharding{.stage = stage, .ranks = dp / ep, .rank = dp_rank / ep};
+}
+
 void gather_shards(Communicator& dp, float* flat, int64_t total) {
   broadcast_from_owners(dp, flat, FlatRange{0, total}, total);
 }

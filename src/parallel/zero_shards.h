@@ -38,6 +38,13 @@ struct ZeroSharding {
   }
 };
 
+// The sharding of a dp rank's store. Under expert parallelism (ep > 1) the ep consecutive dp
+// ranks hold different experts in the same places of their stores, so an element is the same
+// parameter only on the dp / ep ranks holding the same experts: ZeRO shards over those (dense
+// parameters included, which each such group updates identically from the same reduced
+// gradients), rank dp_rank / ep of them. ep = dp leaves nothing to shard.
+ZeroSharding zero_sharding(int stage, int dp, int dp_rank, int ep = 1);
+
 // flat: f32 (total); each rank's shard is authoritative on its owner. Leaves all of it on all.
 void gather_shards(Communicator& dp, float* flat, int64_t total);
 

@@ -36,7 +36,9 @@ double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* t
     }
   }
   local = dp.sum_counted(local);
-  if (split_ep) local += sum_over_ranks(*ep, {experts})[0];
+  // ZeRO-1 counts each expert element on one of the ranks holding it (sum_counted); then the ep
+  // ranks add their different experts.
+  if (split_ep) local += sum_over_ranks(*ep, {dp.sum_counted(experts)})[0];
   if (split_tp) local = sum_over_ranks(*tp, {local})[0];
   if (split_pp) local = sum_over_ranks(*pp, {local})[0];
   return std::sqrt(local);

@@ -165,7 +165,7 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
         make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);
   }
 
-  const ZeroSharding zero{parallel_.zero, replica_size(), replica_rank()};
+  const ZeroSharding zero = zero_sharding(parallel_.zero, replica_size(), replica_rank(), ep_size);
   model_ = std::make_unique<Transformer>(config_.model, arena_, config_.compute_dtype,
                                          TensorParallel(parallel_.tp, parallel_.sequence_parallel),
                                          part, zero, ContextParallel(parallel_.cp),

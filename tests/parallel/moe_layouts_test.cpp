@@ -54,6 +54,16 @@ const std::vector<MoeLayout> kMoeLayouts = {
     {"dp2_ep2_pp2", {.dp = 2, .ep = 2, .pp = 2}},
     {"dp2_ep2_tp2_sp", {.dp = 2, .tp = 2, .ep = 2, .sequence_parallel = true}},
     {"capacity_dp2_ep2", {.dp = 2, .ep = 2}, 0.75f},
+    {"dp2_ep2_tp2_pp2", {.dp = 2, .tp = 2, .ep = 2, .pp = 2}},
+    {"dp4_ep4_tp2", {.dp = 4, .tp = 2, .ep = 4}},
+    {"dp4_ep4_pp2", {.dp = 4, .ep = 4, .pp = 2}},
+    {"dp4_ep4_tp2_pp2", {.dp = 4, .tp = 2, .ep = 4, .pp = 2}},
+    // ZeRO-1 shards over the dp / ep ranks holding the same experts (none left at ep = dp).
+    {"dp4_ep2_zero1", {.dp = 4, .ep = 2, .zero = 1}},
+    {"dp4_ep4_zero1", {.dp = 4, .ep = 4, .zero = 1}},
+    {"dp4_ep2_tp2_zero1", {.dp = 4, .tp = 2, .ep = 2, .zero = 1}},
+    {"dp4_ep2_pp2_zero1", {.dp = 4, .ep = 2, .zero = 1, .pp = 2}},
+    {"dp4_ep2_tp2_pp2_zero1", {.dp = 4, .tp = 2, .ep = 2, .zero = 1, .pp = 2}},
 };
 
 class MoeTraining : public ::testing::TestWithParam<MoeLayout> {};
@@ -80,6 +90,16 @@ TEST_P(MoeTraining, TenStepsMatchTheSingleRankRun) {
         }
       }
       EXPECT_GT(exchanges, 0u) << rank.at.to_string();
+    }
+  }
+  if (l.layout.zero >= 1) {  // each rank kept the moments of its shard only, where one exists
+    const bool sharded = l.layout.dp / std::max(1, l.layout.ep) > 1;
+    for (const RankRun& rank : split.ranks) {
+      if (sharded) {
+        EXPECT_LT(rank.optimizer_elements, rank.store_elements) << rank.at.to_string();
+      } else {
+        EXPECT_EQ(rank.optimizer_elements, rank.store_elements) << rank.at.to_string();
+      }
     }
   }
 }
