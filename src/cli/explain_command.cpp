@@ -347,7 +347,7 @@ void run_explain(ExplainArgs args) {
     const bool master = args.zero >= 3 || config.compute_dtype != DType::kF32;
     zero_note = fmt::format(
         " (ZeRO {}: {} rank {}'s shard of {} for {})", args.zero,
-        args.ep > 1  ? "expert-replica"
+        args.ep > 1   ? "expert-replica"
         : args.cp > 1 ? "dp·cp"
                       : "dp",
         sharding.rank, sharding.ranks,

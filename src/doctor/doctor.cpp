@@ -257,8 +257,7 @@ std::vector<int64_t> stage_bytes(const TrainConfig& c) {
   const Schedule schedule = make_schedule(p.schedule, p.pp, int(c.micro_batches), v);
   for (int stage = 0; stage < p.pp; ++stage) {
     const RankWorkload w = workload_of(c, partition, stage, 0);
-    const ParameterTable params =
-        parameter_table(w, zero_sharding(p.zero, p.dp, 0, p.ep));
+    const ParameterTable params = parameter_table(w, zero_sharding(p.zero, p.dp, 0, p.ep));
     const ActivationTable acts = activation_table(w);
     const int slots = p.pp > 1 ? activation_slots(schedule.per_rank[size_t(stage)]) : 1;
     bytes.push_back(params.parameter_bytes + params.gradient_bytes + params.optimizer_bytes +
