@@ -229,6 +229,11 @@ void call_collective(Communicator& comm, plan::CollectiveOp op, std::vector<floa
       comm.reduce_scatter(in.data(), out.data(), int64_t(in.size()) / n, DType::kF32,
                           ReduceOp::kSum);
       break;
+    case plan::CollectiveOp::kAllToAll: {  // equal blocks, as balanced routing sends
+      const std::vector<int64_t> counts(size_t(n), int64_t(in.size()) / n);
+      comm.all_to_all(in.data(), counts, out.data(), counts, DType::kF32);
+      break;
+    }
     case plan::CollectiveOp::kSendRecv:
       LATTICE_CHECK(false, "send/recv is not calibrated");
   }
@@ -268,8 +273,9 @@ std::vector<plan::CollectiveMeasurement> measure_collectives(const CalibrateArgs
   const double budget = args.quick ? 0.005 : 0.05;
   std::vector<plan::CollectiveMeasurement> out;
   for (int n = 2; n <= max_ranks; ++n) {
-    for (plan::CollectiveOp op : {plan::CollectiveOp::kAllReduce, plan::CollectiveOp::kAllGather,
-                                  plan::CollectiveOp::kReduceScatter}) {
+    for (plan::CollectiveOp op :
+         {plan::CollectiveOp::kAllReduce, plan::CollectiveOp::kAllGather,
+          plan::CollectiveOp::kReduceScatter, plan::CollectiveOp::kAllToAll}) {
       // A burst of load elsewhere can flatten the curve into a fit without a bandwidth term:
       // measured again, up to three times, before it is refused.
       CostModel fit;

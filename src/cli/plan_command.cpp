@@ -39,7 +39,7 @@ struct PlanArgs {
   bool dropout = false;
   bool materialized_attention = false;
   // Constraints; 0 / empty: searched.
-  int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0, cp = 0;
+  int64_t dp = 0, tp = 0, pp = 0, virtual_stages = 0, micro_batch = 0, cp = 0, ep = 0;
   int64_t max_pp = 0, max_micro_batch = 16;
   std::vector<int64_t> layers_per_chunk;  // a pipeline split: p·v layer counts
   std::vector<std::string> recompute;
@@ -190,6 +190,7 @@ void run_plan(const PlanArgs& args) {
   constraints.dp = fixed(args.dp);
   constraints.tp = fixed(args.tp);
   constraints.cp = fixed(args.cp);
+  constraints.ep = fixed(args.ep);
   constraints.pp = fixed(args.pp);
   constraints.virtual_stages = fixed(args.virtual_stages);
   constraints.micro_batch = fixed(args.micro_batch);
@@ -289,6 +290,9 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--cp", args->cp,
                   "Fix context-parallel size (each sequence over cp ranks; default: searched "
                   "down to 4096 positions a rank)");
+  cmd->add_option("--ep", args->ep,
+                  "Fix expert-parallel size (a mixture-of-experts model's experts over ep of the "
+                  "dp ranks; default: searched over the sizes dividing dp and the experts)");
   cmd->add_option("--pp", args->pp, "Fix pipeline-parallel size");
   cmd->add_option("--virtual-stages", args->virtual_stages,
                   "Fix model chunks per pipeline rank (interleaved schedule)");

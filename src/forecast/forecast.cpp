@@ -29,6 +29,8 @@ plan::ModelSpec plan_model_spec(const ModelConfig& c, int64_t tp) {
   spec.biases = c.bias;
   spec.tied_embeddings = c.tied_embeddings;
   spec.fused_qkv = c.family == ModelFamily::kGpt2;
+  spec.n_experts = c.n_experts;
+  spec.experts_per_token = c.moe() ? c.experts_per_token : 0;
   plan::validate(spec);
   return spec;
 }
@@ -46,7 +48,8 @@ plan::Layout plan_layout(const TrainConfig& config) {
           .schedule = p.schedule,
           .layers_per_chunk =
               std::vector<int64_t>(p.layers_per_chunk.begin(), p.layers_per_chunk.end()),
-          .cp = p.cp};
+          .cp = p.cp,
+          .ep = p.ep};
 }
 
 ParallelConfig runtime_layout(const plan::Layout& layout) {
@@ -54,6 +57,7 @@ ParallelConfig runtime_layout(const plan::Layout& layout) {
   p.dp = int(layout.dp);
   p.tp = int(layout.tp);
   p.cp = int(layout.cp);
+  p.ep = int(layout.ep);
   p.sequence_parallel = layout.sequence_parallel;
   p.zero = layout.zero;
   p.pp = int(layout.pp);
@@ -82,14 +86,6 @@ plan::TrainingSetup plan_setup(const TrainConfig& config, const plan::Layout& la
 
 nlohmann::json forecast_run(const TrainConfig& given, const plan::ClusterSpec& cluster,
                             const std::string& source) {
-  if (given.model.moe()) {
-    // The planner prices dense MLPs only; a forecast that ignored the experts would mislead.
-    LATTICE_THROW(ConfigError,
-                  "--plan: the planner does not price mixture-of-experts layers yet (model '{}' "
-                  "has {} experts a layer) ---> HINT: train without --plan; the memory table "
-                  "lattice train prints is measured",
-                  given.model.name, given.model.n_experts);
-  }
   TrainConfig config = given;
   config.resolve_batch(config.parallel.dp);
   const plan::Layout layout = plan_layout(config);

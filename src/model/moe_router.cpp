@@ -1,7 +1,6 @@
 #include "model/moe_router.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "core/error.h"
@@ -46,16 +45,6 @@ void validate_moe_layout(const ModelConfig& config, int cp, bool deferred_weight
                   "interleaved-1f1b",
                   config.name);
   }
-}
-
-int64_t padded_rows(int64_t rows) {
-  if (rows <= 0) return 0;
-  const int64_t step = std::max<int64_t>(8, int64_t(std::bit_floor(uint64_t(rows))) / 4);
-  return (rows + step - 1) / step * step;
-}
-
-int64_t max_padded_rows(int64_t choices, int64_t experts) {
-  return choices + choices / 4 + 8 * experts;
 }
 
 void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens, int64_t T,

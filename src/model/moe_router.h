@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "spec/expert_rows.h"
 
 namespace lattice {
 
@@ -60,11 +61,7 @@ struct Routing {
 void route_tokens(const ModelConfig& config, const float* logits, int64_t tokens, int64_t T,
                   Routing& routing, float* probs, float* lse, bool padded = false);
 
-// `rows` rounded up to a multiple of max(8, bit_floor(rows) / 4): at most 25% more, four sizes
-// per octave.
-int64_t padded_rows(int64_t rows);
-// The most packed rows route_tokens(padded) can give for `choices` choices over E experts.
-int64_t max_padded_rows(int64_t choices, int64_t experts);
+// padded_rows, max_padded_rows: spec/expert_rows.h.
 
 // The router's losses for these tokens, as a sum to be divided by the global token count like
 // the token losses: coef · T · (balance loss) per sequence plus z coef · lse² per token.

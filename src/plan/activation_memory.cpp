@@ -26,7 +26,16 @@ LayerTensors layer_tensors(const ModelSpec& model, const ActivationOptions& o) {
   // input.
   t.tp_split = act * s * b * (h + 2 * kv) + act * sbh;
   // MLP: GELU keeps its input and output (each s·b·ffn); SwiGLU keeps gate, up and product.
-  t.tp_split += (model.mlp == MlpKind::kSwiglu ? 3 : 2) * act * s * b * ffn;
+  const double mlp = (model.mlp == MlpKind::kSwiglu ? 3 : 2) * act * s * b * ffn;
+  if (model.moe()) {
+    // Each token through k experts (balanced routing: a rank's experts see as many rows as it
+    // sends), their inputs permuted into expert order, and the router's f32 probabilities.
+    const double k = double(model.experts_per_token);
+    t.tp_split += k * mlp;
+    t.sp_split += k * act * sbh + 4.0 * s * b * double(model.n_experts);
+  } else {
+    t.tp_split += mlp;
+  }
   if (o.flash_attention) {
     t.scores = 4.0 * a * s * b;  // f32 log-sum-exp per query row and head
   } else {

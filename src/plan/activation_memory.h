@@ -25,6 +25,7 @@ struct ActivationOptions {
   bool dropout = false;         // 1-byte masks after attention probabilities, attention, MLP
   bool flash_attention = true;  // s×s scores never stored; f32 log-sum-exp (a·s·b) instead
   double activation_bytes = 2;  // bytes per stored activation element
+  int64_t ep = 1;               // expert parallelism (sparse layers): the experts' group size
 };
 
 // Bytes stored between a layer's forward and its backward.

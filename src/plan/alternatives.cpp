@@ -21,7 +21,7 @@ bool rebalance(Layout& layout, int64_t old_size, int64_t new_size) {
   return true;
 }
 
-std::vector<Candidate> neighbours(const Layout& best, int64_t devices) {
+std::vector<Candidate> neighbours(const Layout& best, int64_t devices, bool sparse) {
   std::vector<Candidate> out;
   auto add = [&](std::string change, Layout l) {
     if (l.zero > 0 && l.dp == 1) l.zero = 0;
@@ -70,6 +70,14 @@ std::vector<Candidate> neighbours(const Layout& best, int64_t devices) {
       add(fmt::format("schedule {}", schedule_kind_name(s)), l);
     }
   }
+  if (sparse) {  // the experts over more or fewer of the dp ranks, or none
+    for (int64_t ep : {best.ep * 2, best.ep / 2, int64_t(1)}) {
+      if (ep < 1) continue;
+      Layout l = best;
+      l.ep = ep;
+      add(fmt::format("ep {}", ep), l);
+    }
+  }
   for (int64_t b : {best.micro_batch * 2, best.micro_batch / 2}) {
     if (b < 1) continue;
     Layout l = best;
@@ -107,6 +115,7 @@ std::string verdict(const Evaluation& best, const Evaluation& alt, const Cluster
       {"pp", a.pp_communication - b.pp_communication},
       {"bubble", a.bubble - b.bubble},
       {"dp", a.dp_communication - b.dp_communication},
+      {"ep", a.ep_communication - b.ep_communication},
       {"optimizer", a.optimizer - b.optimizer},
   };
   const Delta worst = *std::max_element(std::begin(deltas), std::end(deltas),
@@ -133,6 +142,12 @@ std::string verdict(const Evaluation& best, const Evaluation& alt, const Cluster
     return cost + fmt::format("data-parallel traffic the backward cannot hide (+{:.1f} ms{})", ms,
                               a.dp_link == Transport::kInterNode ? ", between nodes" : "");
   }
+  if (part == "ep") {
+    return cost + fmt::format("the experts' all-to-alls (+{:.1f} ms{})", ms,
+                              a.ep_link == Transport::kInterNode
+                                  ? fmt::format(", between nodes over {}", cluster.inter_node.name)
+                                  : "");
+  }
   if (part == "recompute") return cost + fmt::format("recomputation (+{:.1f} ms)", ms);
   if (part == "pp") return cost + fmt::format("pipeline sends (+{:.1f} ms)", ms);
   if (part == "optimizer") {
@@ -149,7 +164,7 @@ std::string verdict(const Evaluation& best, const Evaluation& alt, const Cluster
 std::vector<Alternative> explain_alternatives(const TrainingSetup& setup,
                                               const Evaluation& recommended) {
   std::vector<Alternative> out;
-  for (const Candidate& c : neighbours(recommended.layout, setup.devices)) {
+  for (const Candidate& c : neighbours(recommended.layout, setup.devices, setup.model.moe())) {
     Alternative alt;
     alt.change = c.change;
     alt.evaluation = evaluate(setup, c.layout);

@@ -73,13 +73,14 @@ Transport parse_transport(const std::string& s, const std::string& origin) {
 }
 
 CollectiveOp parse_op(const std::string& s, const std::string& origin) {
-  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
-                          CollectiveOp::kReduceScatter, CollectiveOp::kSendRecv}) {
+  for (CollectiveOp op :
+       {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
+        CollectiveOp::kSendRecv, CollectiveOp::kAllToAll}) {
     if (s == collective_name(op)) return op;
   }
   LATTICE_THROW(ConfigError,
                 "{}: collective op '{}' ---> HINT: use all_reduce, all_gather, "
-                "reduce_scatter or send_recv",
+                "reduce_scatter, send_recv or all_to_all",
                 origin, s);
 }
 

@@ -150,6 +150,8 @@ std::string_view collective_name(CollectiveOp op) {
       return "reduce_scatter";
     case CollectiveOp::kSendRecv:
       return "send_recv";
+    case CollectiveOp::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }

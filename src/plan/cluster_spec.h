@@ -18,7 +18,8 @@ namespace lattice::plan {
 enum class Precision { kBf16, kFp32 };
 // Which link a collective's slowest hop crosses (DESIGN.md: mesh order tp, dp, pp).
 enum class Transport { kIntraNode, kInterNode };
-enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+// kAllToAll: each rank's buffer split into n blocks, block j to rank j (pairwise: n − 1 steps).
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv, kAllToAll };
 
 struct DeviceSpec {
   std::string name;

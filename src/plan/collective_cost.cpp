@@ -13,6 +13,7 @@ double ring_steps(CollectiveOp op, int64_t n) {
       return 2.0 * double(n - 1);
     case CollectiveOp::kAllGather:
     case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll:
       return double(n - 1);
     case CollectiveOp::kSendRecv:
       return 1.0;
@@ -40,6 +41,7 @@ double bus_factor(CollectiveOp op, int64_t n) {
       return 2.0 * double(n - 1) / double(n);
     case CollectiveOp::kAllGather:
     case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll:  // the own block stays
       return double(n - 1) / double(n);
     case CollectiveOp::kSendRecv:
       return 1.0;
@@ -75,6 +77,10 @@ Transport cp_transport(const Layout& l, int64_t gpus_per_node) {
 }
 Transport dp_transport(const Layout& l, int64_t gpus_per_node) {
   return l.tp * l.cp * l.dp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
+}
+// An ep group: ep consecutive dp ranks; the ranks holding the same experts span the dp group.
+Transport ep_transport(const Layout& l, int64_t gpus_per_node) {
+  return l.tp * l.cp * l.ep > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;
 }
 Transport pp_transport(const Layout& l, int64_t gpus_per_node) {
   return l.tp * l.cp * l.dp * l.pp > gpus_per_node ? Transport::kInterNode : Transport::kIntraNode;

@@ -1,7 +1,8 @@
 // α–β prices of collectives (nccl-tests definitions, cost-model reference):
 //   t = α(op, n) + S · busfactor(op, n) / busbw
 // S the whole buffer in bytes (for all-gather/reduce-scatter: count × size × n), busfactor
-// 2(n−1)/n for all-reduce, (n−1)/n for all-gather and reduce-scatter, 1 for send/recv.
+// 2(n−1)/n for all-reduce, (n−1)/n for all-gather, reduce-scatter and all-to-all (S: one rank's
+// whole send buffer), 1 for send/recv.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +29,6 @@ Transport tp_transport(const Layout& layout, int64_t gpus_per_node);
 Transport cp_transport(const Layout& layout, int64_t gpus_per_node);
 Transport dp_transport(const Layout& layout, int64_t gpus_per_node);
 Transport pp_transport(const Layout& layout, int64_t gpus_per_node);
+Transport ep_transport(const Layout& layout, int64_t gpus_per_node);
 
 }  // namespace lattice::plan

@@ -63,10 +63,52 @@ std::string_view reject_reason_name(RejectReason reason) {
   return "?";
 }
 
+namespace {
+
+// What the runtime's validate_moe_layout (model/moe_router.h) refuses, as the planner's
+// rejections.
+std::optional<Rejection> check_experts(const TrainingSetup& setup, const Layout& l) {
+  const ModelSpec& model = setup.model;
+  if (l.ep > 1 && !model.moe()) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("ep {}: model '{}' has no experts to spread ---> HINT: use ep 1 "
+                              "with a dense model",
+                              l.ep, model.name));
+  }
+  if (!model.moe()) return std::nullopt;
+  if (model.n_experts % l.ep != 0 || l.dp % l.ep != 0) {
+    return reject(RejectReason::kDivisibility,
+                  fmt::format("ep {} must divide the {} experts and dp {} ---> HINT: each of ep "
+                              "consecutive dp ranks holds n_experts / ep experts of every layer",
+                              l.ep, model.n_experts, l.dp));
+  }
+  if (l.ep > 1 && l.zero >= 2) {
+    return reject(RejectReason::kSchedule,
+                  fmt::format("ep {} with ZeRO-{}: ZeRO-2/3 reduce gradients into shards of the "
+                              "whole dp group, over which the experts differ ---> HINT: use zero "
+                              "0 or 1 with ep",
+                              l.ep, l.zero));
+  }
+  if (l.cp > 1) {
+    return reject(RejectReason::kSchedule,
+                  fmt::format("cp {} with mixture-of-experts layers, which route, cap and balance "
+                              "whole sequences ---> HINT: use cp 1",
+                              l.cp));
+  }
+  if (l.pp > 1 && l.schedule == Schedule::kZeroBubbleH1) {
+    return reject(RejectReason::kSchedule,
+                  "schedule zb-h1 with mixture-of-experts layers, whose weight gradients cannot "
+                  "be deferred yet ---> HINT: use 1f1b or interleaved-1f1b");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& l) {
   const ModelSpec& model = setup.model;
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.cp < 1 || l.virtual_stages < 1 || l.micro_batch < 1 ||
-      l.zero < 0 || l.zero > 3) {
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.cp < 1 || l.ep < 1 || l.virtual_stages < 1 ||
+      l.micro_batch < 1 || l.zero < 0 || l.zero > 3) {
     return reject(RejectReason::kDivisibility,
                   fmt::format("{}: every size must be at least 1 and zero in 0..3", describe(l)));
   }
@@ -154,6 +196,7 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               "drive yet ---> HINT: use zero 0 or 1 with pp > 1",
                               l.zero, l.pp));
   }
+  if (auto moe = check_experts(setup, l)) return moe;
   if (l.pp > 1 && l.schedule == Schedule::kZeroBubbleH1 && l.recompute != Recompute::kNone) {
     // Lattice's runtime refuses the pair (train/trainer.cpp): the weight-gradient pass reads
     // activations that recompute would have dropped.

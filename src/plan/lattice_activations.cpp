@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "spec/expert_rows.h"
+
 namespace lattice::plan {
 
 LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const ActivationOptions& o,
@@ -19,15 +21,35 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   const bool rope = model.position == PositionKind::kRope;
   const double gathered = sp ? N * C * cdt : 0.0;  // an all-gathered copy of R rows under SP
   const double norm = R * C * cdt + 2.0 * R * f32 + gathered;  // output, mean, rstd (+ gathered)
-  const double mlp = (swiglu ? 3.0 : 2.0) * N * H * cdt;       // up (+ gate), activation
   const double qkv = N * (Q + 2.0 * K) * cdt;
+  // Sparse layers (model/model_description.h's rows): every expert side is sized for the most
+  // rows it may receive, X = ep · M, M the padded packed rows of N·k choices (spec/expert_rows.h).
+  const double E = double(model.n_experts);
+  const double M =
+      model.moe() ? double(max_padded_rows(int64_t(N) * model.experts_per_token, model.n_experts))
+                  : 0.0;
+  const double X = M * double(o.ep);
+  const double hidden_rows = model.moe() ? X : N;
+  const double mlp = (swiglu ? 3.0 : 2.0) * hidden_rows * H * cdt;  // up (+ gate), activation
+  double experts = 0, experts_scratch = 0;
+  if (model.moe()) {
+    experts = 2.0 * N * E * f32 + N * f32        // router logits, probabilities, log-sum-exp
+              + M * C * cdt + M * C * f32;       // dispatched rows, the experts' outputs
+    experts_scratch = M * C * cdt + M * C * f32  // grad experts out, dispatched rows
+                      + N * double(model.experts_per_token) * f32         // grad gates
+                      + N * E * f32 + (f32_compute ? 0.0 : N * E * cdt);  // grad router logits
+    if (o.ep > 1) {  // what arrives from the ep group, apart from this rank's own rows
+      experts += X * C * cdt + X * C * f32;
+      experts_scratch += X * C * cdt + X * C * f32;
+    }
+  }
 
   // One layer's forward buffers: `core` the attention output and its log-sum-exp, `rest` all
   // else (Transformer's Activations::PerLayer).
   const double core = N * Q * cdt + N * QH * f32;
   const double rest = norm + (model.fused_qkv ? qkv : 0.0) + qkv  // ln_1, c_attn, q k v
                       + R * C * f32                               // mid-point of the residual
-                      + norm + mlp;                               // ln_2, MLP
+                      + norm + mlp + experts;                     // ln_2, MLP
   const double kept = o.recompute == Recompute::kFull        ? 0.0
                       : o.recompute == Recompute::kSelective ? rest
                                                              : rest + core;
@@ -60,7 +82,7 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   scratch += N * Q * cdt + qkv;                                     // datt, dq, dk, dv
   if (rope) scratch += N * (Q + K) * cdt;                           // dq, dk before RoPE
   if (model.fused_qkv) scratch += qkv;                              // dqkv
-  scratch += mlp;                                                   // dact, dup (+ dgate)
+  scratch += mlp + experts_scratch;                                 // dact, dup (+ dgate)
   if (!f32_compute && part.has_head()) scratch += N * W * cdt;      // logits' gradient
   if (o.recompute != Recompute::kNone) scratch += core;             // the recomputed layer
   if (o.recompute == Recompute::kFull) scratch += rest;

@@ -20,6 +20,7 @@ std::string describe_layer_counts(const std::vector<int64_t>& counts) {
 std::string describe(const Layout& l) {
   std::string text = fmt::format("dp={} tp={} pp={}", l.dp, l.tp, l.pp);
   if (l.cp > 1) text += fmt::format(" cp={}", l.cp);
+  if (l.ep > 1) text += fmt::format(" ep={}", l.ep);
   if (l.virtual_stages > 1) text += fmt::format(" v={}", l.virtual_stages);
   text += fmt::format(" zero={} mb={} recompute={}", l.zero, l.micro_batch,
                       recompute_name(l.recompute));

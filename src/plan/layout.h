@@ -36,9 +36,13 @@ struct Layout {
   // Context parallelism: each sequence over cp ranks (ring attention, docs/context-parallel.md);
   // the gradients are reduced and ZeRO shards laid out over dp × cp.
   int64_t cp = 1;
+  // Expert parallelism (sparse models): each layer's experts over ep consecutive ranks of the dp
+  // group, tokens exchanged by all-to-all (docs/moe.md). Inside dp: it adds no devices.
+  int64_t ep = 1;
 
   int64_t devices() const { return dp * tp * pp * cp; }
-  int64_t replicas() const { return dp * cp; }  // the ranks holding the same parameters
+  int64_t replicas() const { return dp * cp; }  // the ranks holding the same dense parameters
+  int64_t expert_replicas() const { return dp / ep; }  // ... the same experts
   bool operator==(const Layout&) const = default;
 };
 

@@ -41,8 +41,11 @@ double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64
   const ParameterCounts counts = count_parameters(model);
   const double t = double(layout.tp);
   const double layers = double(held_layers);
-  double count = layers * (double(counts.per_layer - counts.per_layer_replicated) / t +
-                           double(counts.per_layer_replicated));
+  const int64_t split = counts.per_layer - counts.per_layer_replicated - counts.per_layer_router -
+                        counts.per_layer_experts;
+  double count = layers * (double(split) / t + double(counts.per_layer_replicated) +
+                           double(counts.per_layer_router)) +
+                 stage_expert_parameter_count(model, layout, held_layers);
   const double word_embedding = double(model.padded_vocab_size * model.d_model);
   if (stage == 0) {
     count += word_embedding / t + double(counts.embedding) - word_embedding;  // positions whole
@@ -52,6 +55,18 @@ double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64
     if (!model.tied_embeddings || layout.pp > 1) count += word_embedding / t;
   }
   return count;
+}
+
+double stage_expert_parameter_count(const ModelSpec& model, const Layout& layout,
+                                    int64_t held_layers) {
+  return double(held_layers) * double(count_parameters(model).per_layer_experts) /
+         double(layout.tp * layout.ep);
+}
+
+int64_t zero_group(const TrainingSetup& setup, const Layout& layout, bool experts) {
+  if (experts || (setup.runtime == Runtime::kLattice && layout.ep > 1))
+    return layout.replicas() / layout.ep;
+  return layout.replicas();
 }
 
 ModelStateBytes model_state_bytes(double parameters, int64_t dp, int zero,
@@ -84,13 +99,18 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
   const bool lattice = setup.runtime == Runtime::kLattice;
   const int64_t held_layers = stage_layers(setup, layout, stage);
 
-  // Model states (ZeRO paper): 2 + 2 + 12 bytes per parameter in mixed precision.
+  // Model states (ZeRO paper): 2 + 2 + 12 bytes per parameter in mixed precision. The experts'
+  // are sharded over the ranks holding the same experts (zero_group).
   const double n = stage_parameter_count(model, layout, stage, held_layers);
+  const double experts = stage_expert_parameter_count(model, layout, held_layers);
   mem.parameter_count = n;
-  const ModelStateBytes states = model_state_bytes(n, replicas, layout.zero, bytes);
-  mem.parameters = states.parameters;
-  mem.gradients = states.gradients;
-  mem.optimizer_states = states.optimizer_states;
+  const int64_t sharded_over = zero_group(setup, layout, false);
+  const ModelStateBytes dense = model_state_bytes(n - experts, sharded_over, layout.zero, bytes);
+  const ModelStateBytes sparse =
+      model_state_bytes(experts, zero_group(setup, layout, true), layout.zero, bytes);
+  mem.parameters = dense.parameters + sparse.parameters;
+  mem.gradients = dense.gradients + sparse.gradients;
+  mem.optimizer_states = dense.optimizer_states + sparse.optimizer_states;
   if (lattice && layout.tp > 1 && layout.sequence_parallel) {
     // Lattice packs the partial gradients of the replicated parameters (each tp rank saw only its
     // token rows) into one f32 buffer for their group all-reduce: norms and row-parallel biases
@@ -111,7 +131,8 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
                                   .recompute = layout.recompute,
                                   .dropout = setup.dropout,
                                   .flash_attention = setup.flash_attention,
-                                  .activation_bytes = bytes.activation};
+                                  .activation_bytes = bytes.activation,
+                                  .ep = layout.ep};
   const int64_t chunks =
       chunks_in_flight(layout.schedule, layout.pp, m, layout.virtual_stages, stage);
   const double layers_per_chunk = double(held_layers) / double(layout.virtual_stages);
@@ -188,7 +209,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
     const ParameterCounts counts = count_parameters(model);
     mem.zero3_gathered = 2.0 * double(counts.per_layer) / t * bytes.parameter;
   }
-  if (lattice && replicas > 1 && (layout.zero == 1 || layout.zero == 2) &&
+  if (lattice && sharded_over > 1 && (layout.zero == 1 || layout.zero == 2) &&
       setup.precision == Precision::kBf16) {
     // Under bf16 compute Lattice's ZeRO-1/2 shard the f32 master too; every rank keeps the bf16
     // compute copy whole and an f32 copy of the parameters the forward reads in f32 (E: every
@@ -206,7 +227,7 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
                                                     : 0.0);
     }
     if (stage == layout.pp - 1) read_as_f32 += double(counts.final_norm);
-    mem.parameters = 4.0 * n / double(replicas) + 2.0 * n + 4.0 * read_as_f32;
+    mem.parameters = 4.0 * n / double(sharded_over) + 2.0 * n + 4.0 * read_as_f32;
   }
   if (lattice && replicas > 1 && layout.zero >= 2) {
     // Lattice's ZeRO-2/3 (docs/data-parallel.md; data_parallel/sharded_gradients.h,

@@ -55,6 +55,13 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
 // (stage_layers).
 double stage_parameter_count(const ModelSpec& model, const Layout& layout, int64_t stage,
                              int64_t layers);
+// The part of stage_parameter_count that is experts' weights: split over tp and ep.
+double stage_expert_parameter_count(const ModelSpec& model, const Layout& layout,
+                                    int64_t held_layers);
+// The ranks ZeRO shards a rank's dense (experts = false) or expert parameters over: the replicas
+// (dp × cp), the experts' over dp / ep; Lattice's runtime shards everything over dp / ep under
+// expert parallelism (parallel/zero_shards.h zero_sharding), Megatron-LM only the experts.
+int64_t zero_group(const TrainingSetup& setup, const Layout& layout, bool experts);
 // The p·v chunks' layer counts in model order: the layout's own layers_per_chunk; else for
 // kMegatron an even split when p·v divides the layers; else (and always for kLattice) the
 // runtime's balanced partition (lattice_stages.h), which gives the stages holding the embedding

@@ -87,6 +87,8 @@ ModelSpec parse_model_toml(const std::string& text, const std::string& origin) {
   integer("padded_vocab_size", m.padded_vocab_size);
   integer("seq_len", m.max_seq_len);
   integer("max_seq_len", m.max_seq_len);
+  integer("n_experts", m.n_experts);
+  integer("experts_per_token", m.experts_per_token);
   boolean("bias", m.biases);
   boolean("tied_embeddings", m.tied_embeddings);
   if (auto v = (*table)["norm"].value<std::string>()) {
@@ -141,6 +143,9 @@ ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
     m.biases = j.value("attention_bias", false);
     m.tied_embeddings = j.value("tie_word_embeddings", false);
     m.fused_qkv = false;
+    // Mixtral and relatives: every MLP a set of experts behind a top-k router.
+    m.n_experts = integer({"num_local_experts"});
+    m.experts_per_token = integer({"num_experts_per_tok"});
   }
   finish(m, origin);
   return m;

@@ -48,6 +48,17 @@ ModelSpec llama_model(std::string name, int64_t layers, int64_t heads, int64_t k
   return m;
 }
 
+// Mixtral (Jiang et al. 2024, "Mixtral of Experts", Table 1): the Llama block with every MLP
+// E SwiGLU experts behind a top-k router.
+ModelSpec mixtral_model(std::string name, int64_t layers, int64_t heads, int64_t kv_heads,
+                        int64_t width, int64_t ffn, int64_t vocab, int64_t seq, int64_t experts,
+                        int64_t top_k) {
+  ModelSpec m = llama_model(std::move(name), layers, heads, kv_heads, width, ffn, vocab, seq);
+  m.n_experts = experts;
+  m.experts_per_token = top_k;
+  return m;
+}
+
 namespace {
 
 std::vector<ModelSpec> all_presets() {
@@ -61,10 +72,13 @@ std::vector<ModelSpec> all_presets() {
       llama_model("llama-3-8b", 32, 32, 8, 4096, 14336, kLlama3Vocab, 8192),
       llama_model("llama-3-70b", 80, 64, 8, 8192, 28672, kLlama3Vocab, 8192),
       llama_model("llama-3-405b", 126, 128, 8, 16384, 53248, kLlama3Vocab, 8192),
+      mixtral_model("mixtral-8x7b", 32, 32, 8, 4096, 14336, 32000, 32768, 8, 2),
+      mixtral_model("mixtral-8x22b", 56, 48, 8, 6144, 16384, 32768, 65536, 8, 2),
       // The repository's own presets (byte-level vocabularies of 256).
       gpt_model("gpt2-tiny", 2, 4, 64, 64, 256, 256),
       gpt_model("shakespeare-char", 4, 4, 128, 64, 256, 256),
       llama_model("llama-tiny", 2, 4, 2, 64, 176, 256, 64),
+      mixtral_model("mixtral-tiny", 2, 4, 2, 64, 96, 256, 64, 4, 2),
   };
 }
 

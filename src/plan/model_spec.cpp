@@ -50,6 +50,21 @@ void validate(const ModelSpec& spec) {
                   "---> HINT: grouped-query attention needs n_kv_heads dividing n_heads",
                   spec.name, spec.n_heads, spec.n_kv_heads);
   }
+  if (spec.n_experts < 0 || spec.n_experts > (int64_t(1) << 12) ||
+      (spec.n_experts > 0 &&
+       (spec.experts_per_token < 1 || spec.experts_per_token > spec.n_experts)) ||
+      (spec.n_experts == 0 && spec.experts_per_token != 0)) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': n_experts {} with experts_per_token {} ---> HINT: a sparse model "
+                  "has 1 <= experts_per_token <= n_experts <= 4096; a dense one sets both to 0",
+                  spec.name, spec.n_experts, spec.experts_per_token);
+  }
+  if (spec.n_experts > 0 && spec.biases) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': mixture-of-experts layers have no biases (Mixtral's, Lattice's) "
+                  "---> HINT: set biases = false with n_experts > 0",
+                  spec.name);
+  }
   if (spec.padded_vocab_size < spec.vocab_size) {
     LATTICE_THROW(ConfigError,
                   "model '{}': padded_vocab_size {} is smaller than vocab_size {} "
@@ -78,12 +93,21 @@ ParameterCounts count_parameters(const ModelSpec& spec, bool use_padded_vocab) {
   }
   counts.per_layer = attention + mlp + 2 * norm;
   counts.per_layer_replicated = replicated;
+  counts.per_layer_active = counts.per_layer;
+  if (spec.moe()) {
+    counts.per_layer_router = h * spec.n_experts;
+    counts.per_layer_experts = spec.n_experts * mlp;
+    counts.per_layer = attention + counts.per_layer_router + counts.per_layer_experts + 2 * norm;
+    counts.per_layer_active =
+        attention + counts.per_layer_router + spec.experts_per_token * mlp + 2 * norm;
+  }
   counts.embedding =
       vocab * h + (spec.position == PositionKind::kLearned ? spec.max_seq_len * h : 0);
   counts.output = spec.tied_embeddings ? 0 : vocab * h;
   counts.final_norm = norm;
-  counts.total =
-      spec.n_layers * counts.per_layer + counts.embedding + counts.output + counts.final_norm;
+  const int64_t ends = counts.embedding + counts.output + counts.final_norm;
+  counts.total = spec.n_layers * counts.per_layer + ends;
+  counts.active = spec.n_layers * counts.per_layer_active + ends;
   return counts;
 }
 

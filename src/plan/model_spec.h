@@ -41,7 +41,13 @@ struct ModelSpec {
   // One fused QKV projection (GPT-2's c_attn) rather than separate q, k, v (Llama). Only the
   // Lattice runtime's activation accounting depends on it (it keeps the fused output as well).
   bool fused_qkv = true;
+  // Mixture of experts (Mixtral's sparse MLP, docs/moe.md): every layer's MLP is n_experts
+  // experts of d_ff each behind a router (d_model → n_experts, replicated over tp), a token
+  // meeting experts_per_token of them. 0: a dense MLP.
+  int64_t n_experts = 0;
+  int64_t experts_per_token = 0;
 
+  bool moe() const { return n_experts > 0; }
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }  // width of K (and of V)
 };
@@ -51,15 +57,20 @@ void validate(const ModelSpec& spec);
 
 // Parameter counts, exact (Megatron theoretical_memory_usage.py generalised): attention
 // h·(h + 2·kv) + h·h, MLP 2·h·ffn (GELU) or 3·h·ffn (SwiGLU), two norms per layer, a final norm,
-// token embedding V·h (twice when untied), learned positions s·h.
+// token embedding V·h (twice when untied), learned positions s·h. A sparse layer's MLP is E
+// such experts (without biases, as Mixtral's) and a router h·E.
 struct ParameterCounts {
   int64_t per_layer = 0;             // one transformer block
   int64_t per_layer_replicated = 0;  // its part that tensor parallelism does not split (norms,
                                      // row-parallel biases)
+  int64_t per_layer_router = 0;      // the router (in per_layer, replicated over tp)
+  int64_t per_layer_experts = 0;     // the E experts (in per_layer; split over tp and ep)
+  int64_t per_layer_active = 0;      // what one token's forward uses: k of the E experts
   int64_t embedding = 0;             // token (+ position) table, on the first stage
   int64_t output = 0;                // untied output projection, on the last stage (0 if tied)
   int64_t final_norm = 0;            // on the last stage
   int64_t total = 0;                 // counting tied weights once
+  int64_t active = 0;                // total with per_layer_active for per_layer (MoE FLOPs)
 };
 
 // use_padded_vocab: count the stored table (true, for memory) or the tokenizer's V (false, the

@@ -67,6 +67,8 @@ std::string format_time(const TimeBreakdown& t) {
   row("tp collectives", t.tp_communication, std::string(transport_name(t.tp_link)));
   if (t.cp_communication > 0)
     row("cp ring (exposed)", t.cp_communication, std::string(transport_name(t.cp_link)));
+  if (t.ep_communication > 0)
+    row("expert all-to-alls", t.ep_communication, std::string(transport_name(t.ep_link)));
   row("pipeline sends", t.pp_communication, std::string(transport_name(t.pp_link)));
   row("pipeline bubble", t.bubble, fmt::format("{:.1f}% of compute", t.bubble_ratio * 100.0));
   row("dp traffic (exposed)", t.dp_communication,
@@ -106,12 +108,18 @@ std::string format_cost(const PlanOutcome& o, const TimeBreakdown& t) {
 
 std::string format_report(const PlanOutcome& o) {
   const TrainingSetup& s = o.setup;
+  const ParameterCounts counts = count_parameters(s.model);
+  const std::string sparse =
+      s.model.moe()
+          ? fmt::format(", {:.2f} B active a token: {} experts a layer, {} a token",
+                        double(counts.active) / 1e9, s.model.n_experts, s.model.experts_per_token)
+          : "";
   std::string out = fmt::format(
-      "model {} ({:.2f} B parameters, {} layers, h {}), cluster {} ({} devices of {}, {} per "
+      "model {} ({:.2f} B parameters{}, {} layers, h {}), cluster {} ({} devices of {}, {} per "
       "node)\nglobal batch {} sequences × {} tokens, {}\n",
-      s.model.name, double(count_parameters(s.model).total) / 1e9, s.model.n_layers,
-      s.model.d_model, s.cluster.name, s.devices, s.cluster.device.name, s.cluster.gpus_per_node,
-      s.global_batch, s.seq_len, precision_name(s.precision));
+      s.model.name, double(counts.total) / 1e9, sparse, s.model.n_layers, s.model.d_model,
+      s.cluster.name, s.devices, s.cluster.device.name, s.cluster.gpus_per_node, s.global_batch,
+      s.seq_len, precision_name(s.precision));
   out += format_software(s.cluster.runtime) + "\n";
   if (s.memory_headroom > 0) {
     out += fmt::format(
@@ -153,6 +161,16 @@ std::string format_report(const PlanOutcome& o) {
     out += fmt::format("ranked by {} per token\n", objective_name(o.objective));
   }
   out += fmt::format("recommended: {}\n", describe(best.layout));
+  if (s.model.moe()) {
+    const Layout& l = best.layout;
+    out += fmt::format(
+        "  experts: {} of each layer's {} on a rank{}; expert gradients summed over {} rank(s)\n",
+        s.model.n_experts / l.ep, s.model.n_experts,
+        l.ep > 1 ? fmt::format(" (ep {}: tokens dispatched and combined by all-to-all, {})", l.ep,
+                               transport_name(best.time.ep_link))
+                 : " (ep 1: no all-to-all)",
+        l.expert_replicas());
+  }
   out += format_memory(best.memory);
   out += format_time(best.time);
   out += format_cost(o, best.time);
@@ -181,7 +199,9 @@ nlohmann::json to_json(const Layout& l) {
           {"micro_batch", l.micro_batch},
           {"recompute", recompute_name(l.recompute)},
           {"sequence_parallel", l.sequence_parallel},
-          {"schedule", schedule_kind_name(l.schedule)}};
+          {"schedule", schedule_kind_name(l.schedule)},
+          {"cp", l.cp},
+          {"ep", l.ep}};
 }
 
 nlohmann::json to_json(const MemoryBreakdown& m) {
@@ -209,6 +229,7 @@ nlohmann::json to_json(const TimeBreakdown& t) {
           {"tp_communication_s", t.tp_communication},
           {"pp_communication_s", t.pp_communication},
           {"cp_communication_s", t.cp_communication},
+          {"ep_communication_s", t.ep_communication},
           {"bubble_s", t.bubble},
           {"bubble_ratio", t.bubble_ratio},
           {"dp_communication_exposed_s", t.dp_communication},

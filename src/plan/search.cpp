@@ -29,7 +29,8 @@ bool better(const Evaluation& a, const Evaluation& b, const TrainingSetup& setup
   const double kb = objective_per_token(objective, setup, b.time);
   if (ka != kb) return ka < kb;
   auto traffic = [](const TimeBreakdown& t) {
-    return t.dp_communication_total + t.tp_communication + t.pp_communication + t.cp_communication;
+    return t.dp_communication_total + t.tp_communication + t.pp_communication + t.cp_communication +
+           t.ep_communication;
   };
   if (traffic(a.time) != traffic(b.time)) return traffic(a.time) < traffic(b.time);
   return a.memory.total < b.memory.total;
@@ -99,6 +100,14 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
                     name, *fixed, setup.devices, setup.devices);
     }
   }
+  if (c.ep &&
+      (*c.ep < 1 || (setup.model.moe() ? setup.model.n_experts % *c.ep != 0 : *c.ep != 1))) {
+    LATTICE_THROW(ConfigError,
+                  "ep = {} does not divide model '{}''s {} experts a layer ---> HINT: {}", *c.ep,
+                  setup.model.name, setup.model.n_experts,
+                  setup.model.moe() ? "choose a divisor of the experts (and of dp)"
+                                    : "expert parallelism needs a mixture-of-experts model");
+  }
   if (!c.layers_per_chunk.empty()) {
     int64_t sum = 0;
     for (int64_t n : c.layers_per_chunk) sum += n;
@@ -129,8 +138,10 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
   // of at least min_cp_positions / 2 positions.
   std::vector<int64_t> cps;
   for (int64_t cp : choices(c.cp, divisors(setup.devices))) {
-    if (c.cp || (setup.seq_len % (2 * cp) == 0 && setup.seq_len / cp >= c.min_cp_positions) ||
-        cp == 1)
+    // Sparse layers route whole sequences: cp only where fixed (and then rejected).
+    if (c.cp || cp == 1 ||
+        (!setup.model.moe() && setup.seq_len % (2 * cp) == 0 &&
+         setup.seq_len / cp >= c.min_cp_positions))
       cps.push_back(cp);
   }
   for (int64_t cp : cps)
@@ -175,6 +186,18 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
         }
         std::vector<int> zeros = c.zero_stages;
         if (dp * cp == 1) zeros = {*std::min_element(zeros.begin(), zeros.end())};  // no replicas
+        // Expert parallelism: sizes dividing both dp and the experts (judged with every ZeRO
+        // stage; check_layout rejects ZeRO-2/3 with ep).
+        std::vector<int64_t> eps;
+        if (c.ep) {
+          eps = {*c.ep};
+        } else if (setup.model.moe()) {
+          for (int64_t ep : divisors(dp)) {
+            if (setup.model.n_experts % ep == 0) eps.push_back(ep);
+          }
+        } else {
+          eps = {1};
+        }
         std::vector<bool> sps = {false};
         if (c.sequence_parallel)
           sps = {*c.sequence_parallel};
@@ -197,17 +220,20 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
             for (int zero : zeros) {
               for (Recompute recompute : recomputes) {
                 for (bool sp : sps) {
-                  ranking.judge({.dp = dp,
-                                 .tp = tp,
-                                 .pp = pp,
-                                 .virtual_stages = v,
-                                 .zero = zero,
-                                 .micro_batch = b,
-                                 .recompute = recompute,
-                                 .sequence_parallel = sp,
-                                 .schedule = schedule,
-                                 .layers_per_chunk = split,
-                                 .cp = cp});
+                  for (int64_t ep : eps) {
+                    ranking.judge({.dp = dp,
+                                   .tp = tp,
+                                   .pp = pp,
+                                   .virtual_stages = v,
+                                   .zero = zero,
+                                   .micro_batch = b,
+                                   .recompute = recompute,
+                                   .sequence_parallel = sp,
+                                   .schedule = schedule,
+                                   .layers_per_chunk = split,
+                                   .cp = cp,
+                                   .ep = ep});
+                  }
                 }
               }
             }

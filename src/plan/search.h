@@ -1,4 +1,4 @@
-// The search over layouts: every (dp, tp, pp, v, zero, micro-batch, recompute, sp, schedule)
+// The search over layouts: every (dp, tp, pp, v, zero, micro-batch, recompute, sp, schedule, ep)
 // consistent with the device count and the constraints, judged by evaluate(), the feasible
 // ones ranked by predicted tokens/s.
 #pragma once
@@ -15,7 +15,9 @@ namespace lattice::plan {
 
 // Unset fields are searched; set ones are fixed. Fixing every dimension evaluates one layout.
 struct SearchConstraints {
-  std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch, cp;
+  // ep: a sparse model's expert-parallel size (searched over the divisors of dp and n_experts;
+  // always 1 for a dense model).
+  std::optional<int64_t> dp, tp, pp, virtual_stages, micro_batch, cp, ep;
   std::optional<bool> sequence_parallel;
   // A pipeline split (p·v layer counts, the runtime's layers_per_chunk) for the layouts whose
   // p·v matches it; empty: the even split where the layers divide, else the balanced partition.

@@ -1,8 +1,10 @@
 #include "plan/time_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/model_flops.h"
+#include "spec/expert_rows.h"
 
 #include "plan/activation_memory.h"
 #include "plan/collective_cost.h"
@@ -20,6 +22,7 @@ struct LayerCost {
   double recompute = 0;
   double tp_communication = 0;
   double cp_communication = 0;  // the ring's transfers its block products do not hide
+  double ep_communication = 0;  // the sparse MLP's all-to-alls
   double recompute_flops = 0;   // per rank
 };
 
@@ -46,11 +49,29 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
   const double ffn = double(model.d_ff);
   const double up_width = (model.mlp == MlpKind::kSwiglu ? 2.0 : 1.0) * ffn / t;
 
-  // Forward GEMMs of one layer on one tensor-parallel rank (shapes m×k · k×n).
+  // Forward GEMMs of one layer on one tensor-parallel rank (shapes m×k · k×n). A sparse layer's
+  // MLP: the router, then each of the rank's E/ep experts over its share of the ep group's
+  // k·tokens choices (balanced: tokens·k·ep/E rows an expert). Megatron-LM runs one grouped GEMM
+  // per expert; Lattice one per (source rank, expert) block, each padded (spec/expert_rows.h).
+  const bool moe = model.moe();
+  const double k = moe ? double(model.experts_per_token) : 1.0;
+  double expert_gemms = 1.0, expert_rows = tokens;
+  if (moe) {
+    const double E = double(model.n_experts);
+    if (setup.runtime == Runtime::kLattice) {
+      expert_gemms = E;
+      expert_rows = double(padded_rows(int64_t(std::ceil(tokens * k / E))));
+    } else {
+      expert_gemms = E / double(layout.ep);
+      expert_rows = tokens * k / expert_gemms;
+    }
+  }
+  const double mlp = gemm_seconds(setup, {expert_rows, up_width, h, expert_gemms}) +  // up
+                     gemm_seconds(setup, {expert_rows, h, ffn / t, expert_gemms}) +   // down
+                     (moe ? gemm_seconds(setup, {tokens, double(model.n_experts), h, 1}) : 0.0);
   const double projections = gemm_seconds(setup, {tokens, (h + 2 * kv) / t, h, 1}) +  // QKV
                              gemm_seconds(setup, {tokens, h, h / t, 1}) +             // out
-                             gemm_seconds(setup, {tokens, up_width, h, 1}) +          // up
-                             gemm_seconds(setup, {tokens, h, ffn / t, 1});            // down
+                             mlp;
   // Attention core per head: scores (s×hd · hd×S) and probabilities · V (s×S · S×hd) of this
   // rank's s queries against the sequence's S keys (s = S without context parallelism, whose
   // ring balances the causal work so each rank does 1/cp of it); causal masking is not
@@ -124,6 +145,25 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
     if (layout.recompute == Recompute::kFull) cost.cp_communication += forward;
   }
 
+  // Expert parallelism (parallel/expert_parallel.h): each sparse layer sends its k·tokens routed
+  // rows to the ranks holding their experts and takes the outputs back (Lattice combines in f32),
+  // and its backward runs both exchanges reversed; each after a count exchange (latency only).
+  // Nothing overlaps them: the experts wait for their rows, the combine for the experts.
+  if (moe && layout.ep > 1) {
+    const Transport link = ep_transport(layout, setup.cluster.gpus_per_node);
+    const bool lattice = setup.runtime == Runtime::kLattice;
+    const double rows = tokens * k * h;
+    auto exchange = [&](double bytes) {
+      return collective_seconds(setup.cluster, CollectiveOp::kAllToAll, link, layout.ep, bytes) +
+             collective_seconds(setup.cluster, CollectiveOp::kAllToAll, link, layout.ep,
+                                8.0 * double(model.n_experts));
+    };
+    const double dispatch = exchange(rows * setup.bytes().activation);
+    const double combine = exchange(rows * (lattice ? 4.0 : setup.bytes().activation));
+    cost.ep_communication = 2.0 * (dispatch + combine);
+    if (layout.recompute == Recompute::kFull) cost.ep_communication += dispatch + combine;
+  }
+
   const double core_flops = 2.0 * 2.0 * s * whole * hd * b * heads;
   if (layout.recompute == Recompute::kSelective &&
       (!setup.flash_attention || setup.runtime == Runtime::kLattice)) {
@@ -148,7 +188,9 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
     cost.recompute = cost.forward;
     cost.tp_communication += 2.0 * tp_one;  // the forward's collectives run again
     const double projection_flops =
-        2.0 * tokens * ((h + 2 * kv) / t * h + h * h / t + up_width * h + h * ffn / t);
+        2.0 * tokens *
+        ((h + 2 * kv) / t * h + h * h / t + k * (up_width * h + h * ffn / t) +
+         (moe ? double(model.n_experts) * h : 0.0));
     cost.recompute_flops = projection_flops + core_flops;
   }
   return cost;
@@ -158,7 +200,7 @@ LayerCost layer_cost(const TrainingSetup& setup, const Layout& layout) {
 
 double model_flops_per_step(const TrainingSetup& setup) {
   const ModelSpec& model = setup.model;
-  const double per_token = model_flops_per_token(count_parameters(model).total, model.n_layers,
+  const double per_token = model_flops_per_token(count_parameters(model).active, model.n_layers,
                                                  model.d_model, setup.seq_len);
   return per_token * double(setup.global_batch) * double(setup.seq_len);
 }
@@ -180,6 +222,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   time.cp_link = cp_transport(layout, cluster.gpus_per_node);
   time.dp_link = dp_transport(layout, cluster.gpus_per_node);
   time.pp_link = pp_transport(layout, cluster.gpus_per_node);
+  time.ep_link = ep_transport(layout, cluster.gpus_per_node);
 
   const LayerCost layer = layer_cost(setup, layout);
 
@@ -229,7 +272,7 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
   // the embedding's extra work on the first and the head's on the last (p = 1: one stage is
   // both). The slowest stage sets the pace; the bubble idles the mean one.
   const double per_layer = layer.forward + layer.backward + layer.recompute +
-                           layer.tp_communication + layer.cp_communication;
+                           layer.tp_communication + layer.cp_communication + layer.ep_communication;
   const double head = 3.0 * output_forward + last_extra;
   double slowest = 0, total = 0, most_layers = 0;
   int64_t slowest_stage = 0;
@@ -254,22 +297,29 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
       micro * (most_layers * layer.tp_communication + (slowest_embeds ? first_extra : 0.0) +
                (slowest_has_head ? last_extra : 0.0));
   time.cp_communication = micro * most_layers * layer.cp_communication;
+  time.ep_communication = micro * most_layers * layer.ep_communication;
   time.pp_communication = micro * pp_per_micro_batch;
   time.bubble_ratio = bubble_ratio(layout.schedule, p, m, v);
   time.bubble = time.bubble_ratio * micro * mean;
   const double pipeline = micro * slowest + time.bubble;
 
-  // Data-parallel reduction of this rank's shard of the most loaded stage.
-  double params = 0;
+  // Data-parallel reduction of this rank's shard of the most loaded stage: the dense parameters
+  // over the replicas, a sparse model's experts over the ranks holding the same experts.
+  double params = 0, expert_params = 0;
   for (int64_t stage = 0; stage < p; ++stage) {
-    params = std::max(
-        params, stage_parameter_count(model, layout, stage, stage_layers(setup, layout, stage)));
+    const int64_t held = stage_layers(setup, layout, stage);
+    const double n = stage_parameter_count(model, layout, stage, held);
+    if (n > params) params = n, expert_params = stage_expert_parameter_count(model, layout, held);
   }
-  const double grad_bytes = params * bytes.gradient, param_bytes = params * bytes.parameter;
-  // Over the replicas: dp × cp (context parallelism folded into data parallelism).
-  if (replicas > 1) {
+  const double most_layers_backward = most_layers * (layer.backward + layer.recompute);
+  const double most_layers_forward = most_layers * layer.forward;
+  // Over `group` ranks: the replicas, dp × cp (context parallelism folded into data
+  // parallelism), or the experts' replicas. Both kinds of buckets hide behind the same backward.
+  auto reduce_over = [&](double count, int64_t group) {
+    if (group <= 1 || count <= 0) return;
+    const double grad_bytes = count * bytes.gradient, param_bytes = count * bytes.parameter;
     auto price = [&](CollectiveOp op, double size) {
-      return collective_seconds(cluster, op, time.dp_link, replicas, size);
+      return collective_seconds(cluster, op, time.dp_link, group, size);
     };
     // Buckets are reduced as the backward fills them, so at most dp_overlap of the backward can
     // hide the traffic, and never the last bucket's reduction, which starts when the backward
@@ -279,15 +329,15 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
     auto exposed = [&](double comm, double hide_behind) {
       return std::max(comm * last_bucket, comm - cluster.runtime.dp_overlap * hide_behind);
     };
-    const double backward_mb = most_layers * (layer.backward + layer.recompute);
-    const double forward_mb = most_layers * layer.forward;
+    const double backward_mb = most_layers_backward;
+    const double forward_mb = most_layers_forward;
     const double gather = price(CollectiveOp::kAllGather, param_bytes);
     const double scatter = price(CollectiveOp::kReduceScatter, grad_bytes);
     switch (layout.zero) {
       case 0: {  // one all-reduce after the last micro-batch, overlapping its backward
         const double all_reduce = price(CollectiveOp::kAllReduce, grad_bytes);
-        time.dp_communication_total = all_reduce;
-        time.dp_communication = exposed(all_reduce, backward_mb);
+        time.dp_communication_total += all_reduce;
+        time.dp_communication += exposed(all_reduce, backward_mb);
         break;
       }
       case 1:  // reduce-scatter at the end, all-gather of the updated parameters after the step
@@ -295,34 +345,40 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
           // Lattice all-reduces the gradients as under ZeRO-0; the owners' broadcast of the
           // updated master shards is priced with the step's synchronisation below.
           const double all_reduce = price(CollectiveOp::kAllReduce, grad_bytes);
-          time.dp_communication_total = all_reduce;
-          time.dp_communication = exposed(all_reduce, backward_mb);
+          time.dp_communication_total += all_reduce;
+          time.dp_communication += exposed(all_reduce, backward_mb);
           break;
         }
-        time.dp_communication_total = scatter + gather;
-        time.dp_communication = exposed(scatter, backward_mb) + exposed(gather, forward_mb);
+        time.dp_communication_total += scatter + gather;
+        time.dp_communication += exposed(scatter, backward_mb) + exposed(gather, forward_mb);
         break;
       case 2:  // gradients are sharded: a reduce-scatter after every micro-batch
         if (lattice) {
           // Reduced to their owners per bucket during each backward; the updated master
           // shards' broadcast after the step is priced with the synchronisation below.
-          time.dp_communication_total = micro * scatter;
-          time.dp_communication = micro * exposed(scatter, backward_mb);
+          time.dp_communication_total += micro * scatter;
+          time.dp_communication += micro * exposed(scatter, backward_mb);
           break;
         }
-        time.dp_communication_total = micro * scatter + gather;
-        time.dp_communication = micro * exposed(scatter, backward_mb) + exposed(gather, forward_mb);
+        time.dp_communication_total += micro * scatter + gather;
+        time.dp_communication +=
+            micro * exposed(scatter, backward_mb) + exposed(gather, forward_mb);
         break;
       default:  // ZeRO-3: gather forward, gather backward, reduce-scatter, per micro-batch
-        time.dp_communication_total = micro * (2.0 * gather + scatter);
-        time.dp_communication =
+        time.dp_communication_total += micro * (2.0 * gather + scatter);
+        time.dp_communication +=
             micro * (exposed(gather, forward_mb) + exposed(gather + scatter, backward_mb));
         break;
     }
-  }
+  };
+  reduce_over(params - expert_params, replicas);
+  reduce_over(expert_params, layout.expert_replicas());
 
   // AdamW reads gradients, reads and writes master weights and moments, writes parameters.
-  const double shard = params / (layout.zero >= 1 ? double(replicas) : 1.0);
+  const double shard = layout.zero >= 1
+                           ? (params - expert_params) / double(zero_group(setup, layout, false)) +
+                                 expert_params / double(zero_group(setup, layout, true))
+                           : params;
   time.optimizer = shard * (2.0 * bytes.optimizer + bytes.gradient + bytes.parameter) /
                    cluster.device.hbm_bytes_per_s;
 
@@ -333,9 +389,10 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
     // all-gather of the master), with nothing left to hide behind. (ZeRO-3 keeps the master
     // sharded: its gathers are per layer, above.)
     double sync = 0;
-    if (replicas > 1 && (layout.zero == 1 || layout.zero == 2)) {
+    const int64_t sharded_over = zero_group(setup, layout, false);
+    if (sharded_over > 1 && (layout.zero == 1 || layout.zero == 2)) {
       const double broadcast = collective_seconds(cluster, CollectiveOp::kAllGather, time.dp_link,
-                                                  replicas, params * 4.0);
+                                                  sharded_over, params * 4.0);
       sync += broadcast;
       time.dp_communication_total += broadcast;
     }

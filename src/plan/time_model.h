@@ -5,7 +5,11 @@
 // Communication: tensor-parallel collectives per layer (exposed, as in Megatron), pipeline
 // sends, the schedule's bubble, data-parallel reduction hidden behind the backward up to the
 // runtime's overlap, ZeRO-3 gathers per micro-batch, each an α–β price on the link it crosses.
-// FLOPs convention (PaLM): model FLOPs per token 6Ψ + 12·l·h·s; recompute counts in HFU only.
+// Sparse layers: the router's GEMM, each token's k experts (balanced routing: every expert
+// m = tokens·k / E rows of the rank's and its ep peers' tokens), and four all-to-alls of the
+// routed rows per layer (forward dispatch and combine, both again backward).
+// FLOPs convention (PaLM): model FLOPs per token 6Ψ + 12·l·h·s, Ψ the parameters a token uses
+// (a sparse model's active ones); recompute counts in HFU only.
 #pragma once
 
 #include "plan/cluster_spec.h"
@@ -21,6 +25,7 @@ struct TimeBreakdown {
   double recompute = 0;               // forward work the backward repeats
   double tp_communication = 0;        // per-layer all-reduces (or gathers/scatters with SP)
   double cp_communication = 0;        // context parallelism's ring hops its products do not hide
+  double ep_communication = 0;        // sparse layers' all-to-alls (dispatch, combine; exposed)
   double pp_communication = 0;        // activation and gradient sends between stages
   double bubble = 0;                  // pipeline fill and drain
   double dp_communication = 0;        // exposed part of gradient reduction and parameter gathers
@@ -38,6 +43,7 @@ struct TimeBreakdown {
   Transport cp_link = Transport::kIntraNode;
   Transport dp_link = Transport::kIntraNode;
   Transport pp_link = Transport::kIntraNode;
+  Transport ep_link = Transport::kIntraNode;
 
   double model_flops = 0;     // per step, all devices
   double hardware_flops = 0;  // including recompute

@@ -101,6 +101,7 @@ std::string validation_layout_name(const Layout& layout) {
   if (layout.tp > 1) parts.push_back(fmt::format("tp{}", layout.tp));
   if (layout.pp > 1) parts.push_back(fmt::format("pp{}", layout.pp));
   if (layout.cp > 1) parts.push_back(fmt::format("cp{}", layout.cp));
+  if (layout.ep > 1) parts.push_back(fmt::format("ep{}", layout.ep));
   if (parts.empty()) parts.push_back("dp1 tp1");
   if (layout.sequence_parallel) parts.push_back("sp");
   if (layout.zero > 0) parts.push_back(fmt::format("zero{}", layout.zero));
@@ -118,7 +119,8 @@ std::string validation_layout_name(const Layout& layout) {
 Layout parse_validation_layout(const std::string& text) {
   Layout layout;
   layout.micro_batch = 0;  // not given: the caller chooses
-  bool dp_seen = false, tp_seen = false, pp_seen = false, cp_seen = false, schedule_seen = false;
+  bool dp_seen = false, tp_seen = false, pp_seen = false, cp_seen = false, ep_seen = false,
+       schedule_seen = false;
   size_t i = 0;
   auto number = [&](size_t& at) -> int64_t {
     const size_t start = at;
@@ -152,6 +154,10 @@ Layout parse_validation_layout(const std::string& text) {
       i += 2;
       layout.cp = number(i);
       cp_seen = true;
+    } else if (starts("ep") && !ep_seen) {
+      i += 2;
+      layout.ep = number(i);
+      ep_seen = true;
     } else if (starts("zero")) {
       i += 4;
       layout.zero = int(number(i));
@@ -183,7 +189,7 @@ Layout parse_validation_layout(const std::string& text) {
   }
   const bool sized =
       dp_seen || tp_seen || pp_seen || cp_seen || layout.recompute != Recompute::kNone;
-  if (!sized || layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1 ||
+  if (!sized || layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1 || layout.ep < 1 ||
       layout.virtual_stages < 1 || (layout.micro_batch < 1 && text.find("mb") != std::string::npos))
     bad_layout(text);
   if (layout.sequence_parallel && layout.tp < 2) {

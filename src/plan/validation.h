@@ -88,10 +88,10 @@ void add_peak_over_stages(LayoutValidation& validation, double predicted, double
 // "pp2", "pp2 gpipe", "pp2 v2", "pp2 zb", "dp2 rc-sel", "pp2 rc-full", "dp2 tp2 sp zero1".
 std::string validation_layout_name(const Layout& layout);
 // Parses such a name ("dp2", "tp2+sp", "dp2+zero1", "dp1tp1", "pp2+gpipe", "pp2+v2+mb2", ...):
-// dp<N>, tp<N>, pp<N>, cp<N>, zero<K>, sp, a schedule (1f1b, gpipe, zb or zb-h1, v<N>: interleaved
-// with N chunks per stage), rc-sel / rc-full, mb<N>. micro_batch is 0 unless mb<N> is given (the
-// caller chooses). ConfigError naming the accepted form; whether the layout can run is
-// check_layout's (evaluation.h).
+// dp<N>, tp<N>, pp<N>, cp<N>, ep<N> (experts over N of the dp ranks), zero<K>, sp, a schedule
+// (1f1b, gpipe, zb or zb-h1, v<N>: interleaved with N chunks per stage), rc-sel / rc-full, mb<N>.
+// micro_batch is 0 unless mb<N> is given (the caller chooses). ConfigError naming the accepted
+// form; whether the layout can run is check_layout's (evaluation.h).
 Layout parse_validation_layout(const std::string& text);
 
 // The table: one line per layout and quantity (predicted, measured, ratio, flag).

@@ -184,6 +184,46 @@ TEST(PlanCli, ALongSequenceIsSplitOverAContextParallelGroup) {
       << refused.all();
 }
 
+// Mixtral 8x7B on 8 DGX H100 nodes: the search spreads the experts (ep), the report says how
+// many a rank holds, what the all-to-alls cost and why neither fewer nor more ranks per expert
+// group; a fixed ep that does not divide the experts is refused.
+TEST(PlanCli, ASparseModelSpreadsItsExpertsAndSaysWhy) {
+  const std::vector<std::string> mixtral = {
+      "--model", "mixtral-8x7b",   "--cluster", "dgx-h100", "--nodes",
+      "8",       "--global-batch", "512",       "--seq",    "4096"};
+  const CliResult r = run_cli(plan(mixtral), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("46.70 B parameters, 12.88 B active a token: 8 experts a layer, 2 a "
+                       "token"),
+            std::string::npos)
+      << r.out;
+  const std::string recommended = r.out.substr(r.out.find("recommended:"));
+  const std::string line = recommended.substr(0, recommended.find('\n'));
+  const size_t at = line.find(" ep=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int ep = std::stoi(line.substr(at + 4));
+  EXPECT_NE(
+      recommended.find(fmt::format("experts: {} of each layer's 8 on a rank (ep {}", 8 / ep, ep)),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(recommended.find("expert all-to-alls"), std::string::npos) << r.out;
+  EXPECT_NE(recommended.find("  ep 1 "), std::string::npos) << "why not ep 1: " << r.out;
+
+  std::vector<std::string> json = mixtral;
+  json.push_back("--json");
+  const CliResult j = run_cli(plan(json), kLimitS);
+  ASSERT_EQ(j.exit_code, 0) << j.all();
+  EXPECT_EQ(nlohmann::json::parse(j.out).at("ranked")[0].at("layout").at("ep").get<int>(), ep);
+
+  std::vector<std::string> odd = mixtral;
+  odd.insert(odd.end(), {"--ep", "3"});
+  const CliResult refused = run_cli(plan(odd), kLimitS);
+  EXPECT_EQ(refused.exit_code, 3) << refused.all();
+  EXPECT_NE(refused.err.find("ep = 3 does not divide model 'mixtral-8x7b''s 8 experts"),
+            std::string::npos)
+      << refused.err;
+}
+
 TEST(PlanCli, AGivenPipelineSplitIsPricedOrRefused) {
   const std::vector<std::string> llama = {
       "--model", "llama-3-405b", "--cluster",   "dgx-h100", "--gpus",         "8192",

@@ -182,6 +182,31 @@ TEST_F(TrainCli, ExpertParallelTrainsToTheSingleRanksLossesAndItsCheckpointResum
       << refused.err;
 }
 
+// --plan prices a mixture of experts as it runs: the forecast names the expert-parallel layout
+// and its predicted peak is the measured one (the planner's runtime model counts the same
+// buffers, tests/plan/validation_test.cpp).
+TEST_F(TrainCli, APlanForecastsAnExpertParallelRun) {
+  const auto dir = std::filesystem::path(*data_);
+  const CliResult r =
+      run_cli(train(dir / "ep_plan.jsonl",
+                    {"--set", "model.preset=\"mixtral-tiny\"", "--dp", "2", "--ep", "2", "--plan",
+                     "dgx-h100", "--set", "output.dir=" + (dir / "ep_plan_run").string()}),
+              kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const size_t at = r.out.find("plan (dgx-h100, dp=2 tp=1 pp=1 ep=2 zero=0");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  const size_t peak = line.find("a rank's peak ");
+  ASSERT_NE(peak, std::string::npos) << line;
+  const double predicted = std::stod(line.substr(peak + 14));
+  // The measured table's total column (MiB) of rank 0.
+  const size_t table = r.out.find("    0 (0, 0, 0) |");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  const std::string row = r.out.substr(table, r.out.find('\n', table) - table);
+  const double measured = std::stod(row.substr(row.rfind('|') + 1));
+  EXPECT_NEAR(predicted, measured, 0.1) << line << "\n" << row;
+}
+
 // Context parallelism through the command: each sequence over two ranks (ring attention) trains
 // to the single rank's losses; a sequence length that does not cut into 2·cp chunks is refused
 // before any rank starts, naming the multiple that would.

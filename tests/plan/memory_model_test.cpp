@@ -46,6 +46,38 @@ TEST(StageParameters, ShardsSumToTheModel) {
   EXPECT_DOUBLE_EQ(sum, double(counts.total) + replicated_extra + tied_copy);
 }
 
+// Mixtral 8x7B on 64 H100s: each rank holds dense weights whole and 1/ep of the experts; ZeRO-1
+// shards the experts' optimizer state over the dp / ep ranks holding the same experts, and the
+// dense one over dp (Megatron-LM) or, as Lattice runs it, over dp / ep as well.
+TEST(MemoryModel, ExpertsSplitOverEpAndTheirStatesShardOverTheirReplicas) {
+  TrainingSetup s = setup_for("mixtral-8x7b", "dgx-h100", 64, 512, 4096);
+  const ParameterCounts c = count_parameters(s.model);
+  const Layout ep1{.dp = 64, .zero = 1};
+  Layout ep8 = ep1;
+  ep8.ep = 8;
+  const double experts = double(s.model.n_layers * c.per_layer_experts);
+  EXPECT_DOUBLE_EQ(stage_expert_parameter_count(s.model, ep1, s.model.n_layers), experts);
+  EXPECT_DOUBLE_EQ(stage_expert_parameter_count(s.model, ep8, s.model.n_layers), experts / 8);
+  const double whole = stage_parameter_count(s.model, ep1, 0, s.model.n_layers);
+  EXPECT_DOUBLE_EQ(whole, double(c.total));
+  const double held = stage_parameter_count(s.model, ep8, 0, s.model.n_layers);
+  EXPECT_DOUBLE_EQ(held, double(c.total) - experts + experts / 8);
+
+  const MemoryBreakdown megatron = estimate_memory(s, ep8);
+  EXPECT_DOUBLE_EQ(megatron.parameter_count, held);
+  EXPECT_DOUBLE_EQ(megatron.parameters, 2.0 * held);
+  EXPECT_DOUBLE_EQ(megatron.optimizer_states, 12.0 * ((held - experts / 8) / 64 + experts / 8 / 8));
+  EXPECT_EQ(zero_group(s, ep8, false), 64);
+  EXPECT_EQ(zero_group(s, ep8, true), 8);
+
+  s.runtime = Runtime::kLattice;
+  EXPECT_EQ(zero_group(s, ep8, false), 8);
+  EXPECT_DOUBLE_EQ(estimate_memory(s, ep8).optimizer_states, 8.0 * held / 8);
+  // Without expert parallelism every rank holds every expert and ZeRO shards over all 64.
+  EXPECT_DOUBLE_EQ(estimate_memory(s, ep1).optimizer_states, 8.0 * whole / 64);
+  EXPECT_GT(estimate_memory(s, ep1).parameters, 7.0 * estimate_memory(s, ep8).parameters / 2);
+}
+
 TEST(MemoryModel, EveryComponentAddsUpAndMatchesItsFormula) {
   TrainingSetup s = setup_for("gpt2-774m", "dgx-a100", 16, 64, 1024);
   const Layout layout{.dp = 4,

@@ -53,6 +53,25 @@ TEST(ModelPresets, RepositoryTinyPresetsCountedByHand) {
             256 * 128 + 64 * 128 + 4 * (12 * 128 * 128 + 13 * 128) + 2 * 128);
 }
 
+// Mixtral 8x7B as Hugging Face counts the released checkpoint (46,702,792,704), and the share a
+// token uses: 2 of the 8 experts (Jiang et al. 2024: "13B active parameters").
+TEST(ModelPresets, MixtralCountsMatchTheReleasedCheckpointAndItsActiveShare) {
+  const ParameterCounts c = count_parameters(model_preset("mixtral-8x7b"), false);
+  EXPECT_EQ(c.total, 46'702'792'704);
+  EXPECT_EQ(c.active, 12'879'925'248);
+  EXPECT_EQ(c.per_layer_router, 4096 * 8);
+  EXPECT_EQ(c.per_layer_experts, 8 * 3 * 4096 * 14336);
+  // mixtral-tiny, the trainer's preset: per layer attention 12288, router 64·4, four SwiGLU
+  // experts of 96 (4·3·64·96), two RMSNorms; untied embeddings.
+  const ParameterCounts tiny = count_parameters(model_preset("mixtral-tiny"), false);
+  EXPECT_EQ(tiny.total, 2 * (12288 + 256 + 73728 + 128) + 2 * 256 * 64 + 64);
+  EXPECT_EQ(tiny.active, 2 * (12288 + 256 + 36864 + 128) + 2 * 256 * 64 + 64);
+  // A dense model: everything is active.
+  const ParameterCounts dense = count_parameters(model_preset("llama-3-8b"));
+  EXPECT_EQ(dense.active, dense.total);
+  EXPECT_EQ(dense.per_layer_experts, 0);
+}
+
 TEST(ModelPresets, UnknownNameListsThePresets) {
   try {
     model_preset("gpt5");
@@ -135,6 +154,27 @@ TEST(ModelFile, HuggingFaceLlamaConfigMatchesThePreset) {
       "tie_word_embeddings": false})",
                                     "config.json");
   EXPECT_EQ(count_parameters(m).total, count_parameters(model_preset("llama-3-8b")).total);
+}
+
+TEST(ModelFile, HuggingFaceMixtralConfigAndTomlExpertsMatchThePreset) {
+  ModelSpec m = parse_model_hf_json(R"({"model_type": "mixtral", "num_hidden_layers": 32,
+      "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
+      "num_local_experts": 8, "num_experts_per_tok": 2})",
+                                    "config.json");
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.experts_per_token, 2);
+  EXPECT_EQ(count_parameters(m).total, count_parameters(model_preset("mixtral-8x7b")).total);
+  const ModelSpec t = parse_model_toml(
+      "preset = \"llama-tiny\"\nn_experts = 4\nexperts_per_token = 2\nd_ff = 96\n", "moe.toml");
+  EXPECT_EQ(count_parameters(t).total, count_parameters(model_preset("mixtral-tiny")).total);
+  try {
+    parse_model_toml("preset = \"llama-tiny\"\nn_experts = 4\nexperts_per_token = 5\n", "k.toml");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_experts 4 with experts_per_token 5"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ModelFile, HuggingFaceGpt2ConfigMatchesThePreset) {

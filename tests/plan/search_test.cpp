@@ -52,6 +52,29 @@ TEST(Search, ThousandDeviceSearchStaysSmallAndRanksByThroughput) {
   EXPECT_TRUE(r.ranked.front().memory.fits());
 }
 
+// Mixtral 8x7B on 64 H100s: ep is searched (the divisors of dp that divide 8 experts); the
+// best layout spreads the experts, and is at least as fast as the best one fixed to ep 1. A
+// dense model is never given an ep.
+TEST(Search, ASparseModelSearchesExpertParallelism) {
+  TrainingSetup s = setup_for("mixtral-8x7b", "dgx-h100", 64, 512, 4096);
+  const SearchResult r = search_layouts(s, {});
+  ASSERT_FALSE(r.ranked.empty());
+  const Evaluation& best = r.ranked.front();
+  EXPECT_GT(best.layout.ep, 1) << describe(best.layout);
+  EXPECT_EQ(best.layout.dp % best.layout.ep, 0);
+  EXPECT_EQ(s.model.n_experts % best.layout.ep, 0);
+  EXPECT_LE(best.layout.zero, 1) << "ZeRO-2/3 with ep are refused";
+  SearchConstraints no_ep;
+  no_ep.ep = 1;
+  const SearchResult fixed = search_layouts(s, no_ep);
+  if (!fixed.ranked.empty()) {
+    EXPECT_GE(best.time.tokens_per_second, fixed.ranked.front().time.tokens_per_second);
+  }
+  for (const Evaluation& e : search_layouts(testing::llama70b_on_1024_h100(), {}).ranked) {
+    EXPECT_EQ(e.layout.ep, 1) << describe(e.layout);
+  }
+}
+
 TEST(Search, BestBeatsEveryLayoutOfAHandMadeGrid) {
   TrainingSetup s = setup_for("gpt2-350m", "dgx-a100", 16, 256, 1024);
   SearchResult r = search_layouts(s, {});

@@ -60,6 +60,52 @@ TEST(TimeModel, FullRecomputeAddsAForwardAndCountsOnlyInHfu) {
   EXPECT_DOUBLE_EQ(plain.hfu, plain.mfu);
 }
 
+// A sparse model's FLOPs count the parameters a token uses; its all-to-alls cost nothing
+// without expert parallelism, stay on NVLink while tp·ep fits a node, and cross nodes beyond.
+TEST(TimeModel, ExpertAllToAllsArePricedOnTheLinkTheirGroupCrosses) {
+  TrainingSetup s = setup_for("mixtral-8x7b", "dgx-h100", 64, 512, 4096);
+  const ParameterCounts c = count_parameters(s.model);
+  EXPECT_DOUBLE_EQ(model_flops_per_step(s),
+                   (6.0 * double(c.active) + 12.0 * 32 * 4096 * 4096) * 512 * 4096);
+  const Layout none{.dp = 64, .zero = 1, .micro_batch = 1};
+  Layout inside = none, across = none;
+  inside.ep = 8;
+  across.tp = 2, across.dp = 32, across.ep = 8;  // tp · ep = 16 ranks: two nodes
+  ASSERT_FALSE(check_layout(s, inside).has_value());
+  ASSERT_FALSE(check_layout(s, across).has_value());
+  const TimeBreakdown a = estimate_time(s, none), b = estimate_time(s, inside),
+                      x = estimate_time(s, across);
+  EXPECT_DOUBLE_EQ(a.ep_communication, 0.0);
+  EXPECT_GT(b.ep_communication, 0.0);
+  EXPECT_EQ(b.ep_link, Transport::kIntraNode);
+  EXPECT_EQ(x.ep_link, Transport::kInterNode);
+  EXPECT_GT(x.ep_communication, 3.0 * b.ep_communication);
+  // Four exchanges a layer and micro-batch: dispatch and combine forward and backward, each of
+  // the tokens' k·h routed values, (ep − 1)/ep of them leaving the rank.
+  const double tokens = 4096, per_exchange = tokens * 2 * 4096 * 2.0;
+  const double layers = 32, micro = 512.0 / 64;
+  const double floor = 4 * layers * micro * per_exchange * 7.0 / 8.0 /
+                       (s.cluster.intra_node.peak_bytes_per_s * s.cluster.intra_node.achievable);
+  EXPECT_GT(b.ep_communication, floor);
+  EXPECT_LT(b.ep_communication, 2.0 * floor);
+  // The same step adds up with the exchanges in it.
+  EXPECT_NEAR(b.step,
+              b.forward + b.backward + b.recompute + b.tp_communication + b.ep_communication +
+                  b.pp_communication + b.bubble + b.dp_communication + b.optimizer,
+              1e-9 * b.step);
+  // A dense model refuses ep; a sparse one refuses an ep that divides neither dp nor E, and
+  // ZeRO-2 with ep.
+  TrainingSetup dense = setup_for("llama-3-8b", "dgx-h100", 64, 512, 4096);
+  EXPECT_TRUE(check_layout(dense, inside).has_value());
+  Layout odd = none;
+  odd.ep = 3;
+  EXPECT_TRUE(check_layout(s, odd).has_value());
+  Layout zero2 = inside;
+  zero2.zero = 2;
+  ASSERT_TRUE(check_layout(s, zero2).has_value());
+  EXPECT_NE(check_layout(s, zero2)->message.find("use zero 0 or 1 with ep"), std::string::npos);
+}
+
 TEST(TimeModel, TensorParallelAcrossNodesIsSlowerThanInside) {
   TrainingSetup s = setup_for("gpt3-175b", "dgx-a100", 1024, 1024, 2048);
   const Layout inside{.dp = 16, .tp = 8, .pp = 8, .micro_batch = 1, .sequence_parallel = true};

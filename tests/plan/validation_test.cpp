@@ -144,7 +144,10 @@ TEST_P(ModelStatesMatchTheArena, PredictedBytesEqualLiveBytesOfAConstructedTrain
   EXPECT_LT(padding, 16 * 64) << "at most 15 elements for each of fewer than 64 tensors";
 
   const double parameter_bytes = bf16 ? 4.0 + 2.0 : 4.0;  // f32 master (+ bf16 compute copy)
-  if (bf16 && layout.zero >= 1 && layout.dp > 1) {
+  // ZeRO shards over dp, or under expert parallelism over the dp / ep ranks holding the same
+  // experts (none left when ep = dp).
+  const int64_t sharded_over = zero_group(setup, layout, false);
+  if (bf16 && layout.zero >= 1 && sharded_over > 1) {
     // The f32 master sharded like the moments (rank 0's shard: up to 16 elements over Ψ/N),
     // the bf16 copy and the f32-read parameters whole (docs/data-parallel.md).
     EXPECT_NEAR(predicted.parameters, double(live(run.constructed, MemoryCategory::kParameters)),
@@ -162,14 +165,14 @@ TEST_P(ModelStatesMatchTheArena, PredictedBytesEqualLiveBytesOfAConstructedTrain
 
   const double optimizer_live = double(live(run.constructed, MemoryCategory::kOptimizerState));
   EXPECT_DOUBLE_EQ(optimizer_live, 8.0 * double(run.optimizer_elements));  // m and v, f32
-  if (layout.zero == 0) {
+  if (layout.zero == 0 || sharded_over == 1) {
     EXPECT_EQ(run.optimizer_elements, run.store_elements);
     EXPECT_DOUBLE_EQ(predicted.optimizer_states, optimizer_live - 8.0 * double(padding));
   } else {
-    // Rank 0's ZeRO shard: ceil(P / dp) of the padded store, rounded up to 16 elements.
-    const int64_t shard = (run.store_elements + layout.dp - 1) / layout.dp;
+    // Rank 0's ZeRO shard: ceil(P / N) of the padded store, rounded up to 16 elements.
+    const int64_t shard = (run.store_elements + sharded_over - 1) / sharded_over;
     EXPECT_EQ(run.optimizer_elements, (shard + 15) / 16 * 16);
-    const double exact = predicted.optimizer_states + 8.0 * double(padding) / double(layout.dp);
+    const double exact = predicted.optimizer_states + 8.0 * double(padding) / double(sharded_over);
     EXPECT_GE(optimizer_live, exact);
     EXPECT_LT(optimizer_live, exact + 8.0 * 16.0);
   }
@@ -203,7 +206,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama-tiny", "dp1tp1", "bf16"}, Case{"llama-tiny", "tp2", "bf16"},
                       Case{"llama-tiny", "tp2+sp", "fp32"},
                       Case{"shakespeare-char", "tp2+sp", "fp32"}, Case{kOddModel, "dp1tp1", "bf16"},
-                      Case{kOddModel, "tp2+sp", "fp32"}, Case{kOddModel, "dp2+zero1", "fp32"}),
+                      Case{kOddModel, "tp2+sp", "fp32"}, Case{kOddModel, "dp2+zero1", "fp32"},
+                      // Mixture of experts: the router replicated, the experts split over tp and
+                      // spread over ep, ZeRO-1 over the ranks holding the same experts.
+                      Case{"mixtral-tiny", "dp1tp1", "bf16"},
+                      Case{"mixtral-tiny", "tp2+sp", "fp32"},
+                      Case{"mixtral-tiny", "dp2+ep2", "fp32"},
+                      Case{"mixtral-tiny", "dp4+ep2+zero1", "bf16"},
+                      Case{"mixtral-tiny", "dp4+ep2+zero1", "fp32"}),
     case_name);
 
 // ---- pipeline stages and recompute: every stage's rank against the planner's stage ----
@@ -316,7 +326,10 @@ INSTANTIATE_TEST_SUITE_P(
         // 4 ranks (3D): memory only, the cores are oversubscribed.
         StageCase{"gpt2-tiny", "pp2+dp2+zero1", "fp32"},
         StageCase{"llama-tiny", "pp2+tp2+sp", "bf16"},
-        StageCase{kOddModel, "dp2+zero1+rc-full", "fp32"}),
+        StageCase{kOddModel, "dp2+zero1+rc-full", "fp32"}, StageCase{"mixtral-tiny", "pp2", "fp32"},
+        StageCase{"mixtral-tiny", "rc-full", "bf16"},
+        StageCase{"mixtral-tiny", "dp2+ep2+rc-sel", "fp32"},
+        StageCase{"mixtral-tiny", "pp2+dp2+ep2", "bf16"}),
     stage_case_name);
 
 // Lattice's ZeRO-2/3 (docs/data-parallel.md): between steps the gradient shard (and, ZeRO-3,
