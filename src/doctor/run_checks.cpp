@@ -257,16 +257,52 @@ CheckResult check_bubble(const RunMetrics& run, std::filesystem::path trace_dir)
 
 namespace {
 
+// The tokens each rank's experts received over the window: under expert parallelism (run.json's
+// "ep") rank j of an ep group (ep consecutive dp ranks of one pp, tp position) holds experts
+// [j·E/ep, (j+1)·E/ep) and computes what every rank of its group routed to them; without it a
+// rank computes its own tokens on all experts. routed[rank][e]: tokens the rank routed to expert e.
+std::vector<double> received_tokens(const RunMetrics& run,
+                                    const std::vector<std::vector<double>>& routed) {
+  const int64_t ep = run.info.value("ep", int64_t(1));
+  std::vector<nlohmann::json> at(routed.size());
+  for (size_t rank = 0; rank < routed.size(); ++rank) {
+    if (!run.records[rank].empty())
+      at[rank] = run.records[rank].front().value("at", nlohmann::json());
+  }
+  auto coordinate = [&](size_t rank, const char* axis) {
+    return at[rank].is_object() ? at[rank].value(axis, int64_t(0)) : int64_t(0);
+  };
+  std::vector<double> received(routed.size(), 0.0);
+  for (size_t rank = 0; rank < routed.size(); ++rank) {
+    const int64_t experts = int64_t(routed[rank].size());
+    if (ep <= 1 || !at[rank].is_object() || experts % ep != 0) {
+      for (double n : routed[rank]) received[rank] += n;
+      continue;
+    }
+    const int64_t dp = coordinate(rank, "dp");
+    const int64_t per_rank = experts / ep, first = dp % ep * per_rank;
+    for (size_t peer = 0; peer < routed.size(); ++peer) {
+      const bool same_group = coordinate(peer, "pp") == coordinate(rank, "pp") &&
+                              coordinate(peer, "tp") == coordinate(rank, "tp") &&
+                              coordinate(peer, "dp") / ep == dp / ep;
+      if (!same_group || int64_t(routed[peer].size()) != experts) continue;
+      for (int64_t e = first; e < first + per_rank; ++e) received[rank] += routed[peer][size_t(e)];
+    }
+  }
+  return received;
+}
+
 // Mixture of experts: the routers over the run's last steps. Loads are summed over the ranks
 // (each routes its own tokens) and over the window, per layer.
 CheckResult check_experts(const RunMetrics& run) {
   CheckResult r = result("run-experts", "Tokens per expert (mixture of experts)");
-  // (layer) -> tokens per expert over the window, all ranks; per rank: tokens its experts got.
+  // (layer) -> tokens per expert over the window, all ranks; per rank: tokens it routed to each
+  // expert (all layers).
   std::map<int64_t, std::vector<double>> loads;
-  std::vector<double> rank_totals;
+  std::vector<std::vector<double>> routed;
   int64_t first_step = 0, last_step = 0;
   for (const auto& records : run.records) {
-    double total = 0;
+    std::vector<double>& mine = routed.emplace_back();
     const size_t from = records.size() > kExpertWindow ? records.size() - kExpertWindow : 0;
     for (size_t i = from; i < records.size(); ++i) {
       const nlohmann::json& j = records[i];
@@ -278,13 +314,13 @@ CheckResult check_experts(const RunMetrics& run) {
         const auto tokens = layer.at("tokens").get<std::vector<int64_t>>();
         std::vector<double>& sum = loads[layer.at("layer").get<int64_t>()];
         sum.resize(tokens.size(), 0.0);
+        mine.resize(std::max(mine.size(), tokens.size()), 0.0);
         for (size_t e = 0; e < tokens.size(); ++e) {
           sum[e] += double(tokens[e]);
-          total += double(tokens[e]);
+          mine[e] += double(tokens[e]);
         }
       }
     }
-    rank_totals.push_back(total);
   }
   if (loads.empty()) {
     r.saw = "no expert loads in the metrics: a dense model";
@@ -316,6 +352,7 @@ CheckResult check_experts(const RunMetrics& run) {
           "optim.lr in the first steps; model.capacity_factor caps an expert's tokens";
     }
   }
+  const std::vector<double> rank_totals = received_tokens(run, routed);
   const double typical = median(rank_totals);
   for (size_t rank = 0; rank < rank_totals.size() && r.verdict == Verdict::kPass; ++rank) {
     if (typical > 0 && rank_totals[rank] > kRankLoadFactor * typical) {

@@ -412,6 +412,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
                                       {"dp", layout.dp},
                                       {"tp", layout.tp},
                                       {"cp", layout.cp},
+                                      {"ep", layout.ep},
                                       {"pp", layout.pp},
                                       {"schedule", schedule_kind_name(layout.schedule)},
                                       {"virtual_stages", layout.pp > 1 ? layout.virtual_stages : 1},

@@ -170,6 +170,27 @@ TEST(RunChecks, ARankWhoseExpertsTakeFarMoreTokensWarnsRunExperts) {
   EXPECT_NE(text(results).find("rank 2's experts received"), std::string::npos) << text(results);
 }
 
+// Under expert parallelism a rank computes what its whole ep group routed to the experts it
+// holds: both ranks of an ep 2 group send most tokens to experts 0 and 1, so rank 0 (which holds
+// them) computes 5× rank 1's rows, though no expert is starved and both routed the same count.
+// The same loads without ep are balanced: each rank computes its own tokens.
+TEST(RunChecks, UnderExpertParallelismARankHoldingTheBusyExpertsWarnsRunExperts) {
+  const auto skewed = [](int rank, nlohmann::json& j) {
+    j["at"] = {{"pp", 0}, {"dp", rank}, {"tp", 0}, {"cp", 0}};
+    add_experts(j, {300, 300, 60, 60}, {300, 300, 60, 60});
+  };
+  const fs::path ep = write_run("run_moe_ep", 2, 12, skewed);
+  write_run_info(ep, {{"dp", 2}, {"ep", 2}, {"tp", 1}, {"pp", 1}});
+  const auto results = check_run(read_run_metrics(ep));
+  EXPECT_EQ(verdict_of(results, "run-experts"), Verdict::kWarn) << text(results);
+  EXPECT_NE(text(results).find("rank 0's experts received 24000 tokens"), std::string::npos)
+      << text(results);
+  const fs::path plain = write_run("run_moe_no_ep", 2, 12, skewed);
+  write_run_info(plain, {{"dp", 2}, {"ep", 1}, {"tp", 1}, {"pp", 1}});
+  const auto balanced = check_run(read_run_metrics(plain));
+  EXPECT_EQ(verdict_of(balanced, "run-experts"), Verdict::kPass) << text(balanced);
+}
+
 // A pp 2 run's traces: a step of 100 ms on each rank; rank 0 computes for `rank0_compute_ms`
 // of it and idles the rest. The 1F1B schedule of 4 micro-batches leaves each stage 20%.
 fs::path write_traced_pipeline_run(const std::string& name, double rank0_compute_ms) {
