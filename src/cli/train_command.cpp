@@ -55,10 +55,13 @@ TrainConfig refit_to_shrunk_world(const TrainConfig& config, const Assignment& a
   refit.refit_to_world(assignment.world);
   if (assignment.rank == 0) {
     fmt::print(
-        "world of {} ranks: dp {} -> {}, micro-batch {} x {} -> {} x {} per rank, global batch {} "
-        "kept\n",
-        assignment.world, before.parallel.dp, refit.parallel.dp, before.micro_batch,
-        before.micro_batches, refit.micro_batch, refit.micro_batches, refit.global_batch);
+        "world of {} ranks: dp {} -> {}{}, micro-batch {} x {} -> {} x {} per rank, global batch "
+        "{} kept\n",
+        assignment.world, before.parallel.dp, refit.parallel.dp,
+        before.parallel.ep > 1 ? fmt::format(", ep {} -> {}", before.parallel.ep, refit.parallel.ep)
+                               : std::string(),
+        before.micro_batch, before.micro_batches, refit.micro_batch, refit.micro_batches,
+        refit.global_batch);
   }
   return refit;
 }
@@ -119,13 +122,6 @@ void run_train(const TrainArgs& args, const CLI::App& cmd) {
   validate_moe_layout(config.model, layout.cp,
                       layout.pp > 1 && layout.schedule == ScheduleKind::kZeroBubbleH1, layout.ep,
                       layout.dp, layout.zero);
-  if (layout.ep > 1 && transport == TransportKind::kGloo) {
-    LATTICE_THROW(ConfigError,
-                  "--ep {} under lattice launch: an elastic recovery does not rebuild the "
-                  "expert-parallel groups yet ---> HINT: run expert parallelism in-process "
-                  "(threads) or under mpirun (--transport mpi)",
-                  layout.ep);
-  }
   const int cores = available_cores();
   const int world = shape.world_size();
   if (transport == TransportKind::kThreads && world * std::max(1, config.threads) > cores) {

@@ -546,6 +546,13 @@ void TrainConfig::refit_to_world(int world) {
   int64_t batch = std::min(micro_batch, rows);
   while (rows % batch != 0) --batch;
   parallel.dp = int(dp);
+  // Expert parallelism: the largest ep up to the run's that divides the new dp and the experts
+  // (1 always does); the snapshot places each expert anew (it is written once, by name).
+  if (parallel.ep > 1) {
+    int ep = parallel.ep;
+    while (dp % ep != 0 || model.n_experts % ep != 0) --ep;
+    parallel.ep = ep;
+  }
   micro_batch = batch;
   micro_batches = rows / batch;
 }

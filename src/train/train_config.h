@@ -131,7 +131,9 @@ struct TrainConfig {
   int64_t tokens_per_step() const { return global_batch * seq_len; }
   // Refits the layout to a world of `world` ranks (an elastic run that lost ranks): tp and pp
   // stay, dp becomes world / (tp·pp), and the global batch is kept by more micro-batches per
-  // rank (the largest micro-batch up to the old one that divides the rank's rows). ConfigError
+  // rank (the largest micro-batch up to the old one that divides the rank's rows); expert
+  // parallelism takes the largest ep up to the old one dividing the new dp and the experts.
+  // ConfigError
   // naming the constraint and the world sizes that would keep it when none does.
   void refit_to_world(int world);
   // The world sizes up to this layout's that refit_to_world accepts (tp·pp times each dp that

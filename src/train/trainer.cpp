@@ -202,8 +202,9 @@ void Trainer::build_gradient_sync() {
 void Trainer::rejoin_data_parallel(Communicator& dp) {
   if (parallel_.ep != nullptr && parallel_.ep->size() > 1) {
     LATTICE_THROW(ConfigError,
-                  "an elastic generation cannot rebuild the expert-parallel groups yet ---> HINT: "
-                  "run --ep under mpirun or in-process threads, or --ep 1 under lattice launch");
+                  "rejoining a data-parallel group keeps the model, whose expert-parallel groups "
+                  "would be stale ---> HINT: build the trainer anew on the new mesh and restore "
+                  "it from a snapshot (what lattice launch does each generation)");
   }
   if (dp.size() != replica_size() || dp.rank() != replica_rank()) {
     LATTICE_THROW(ConfigError,
