@@ -732,18 +732,35 @@ bool Agent::recover(RankFailure& failure) {
       failed.push_back(r);
     }
   }
+  // The waiting spares take the failed ranks' places first, those of a lost node's ranks before
+  // the others (they can come back nowhere else), then in rank order, as the assignment below
+  // gives them. A spare taking a place is not a restart: --max-restarts counts the new
+  // processes started for a rank, so a spare is never left idle while a rank is dropped.
+  std::sort(failed.begin(), failed.end(), [&](int a, int b) {
+    const bool lost_a = node_lost(ranks_[size_t(a)].node),
+               lost_b = node_lost(ranks_[size_t(b)].node);
+    return lost_a != lost_b ? lost_a : a < b;
+  });
   std::vector<int> dropped;
   bool node_gone = false;
-  int restarts = 0;
+  int restarts = restarts_[failure.rank];
+  bool spare_for_culprit = false;
   size_t spares_left = spares_.size();
   for (int r : failed) {
+    if (spares_left > 0) {
+      --spares_left;
+      spare_for_culprit = spare_for_culprit || r == failure.rank;
+      continue;
+    }
+    // A lost node's rank can come back only in a spare's process elsewhere.
+    if (node_lost(ranks_[size_t(r)].node)) {
+      node_gone = true;
+      dropped.push_back(r);
+      continue;
+    }
     const int n = ++restarts_[r];
     if (r == failure.rank) restarts = n;
-    // A lost node's rank can come back only in a spare's process elsewhere.
-    const bool homeless = node_lost(ranks_[size_t(r)].node) && spares_left == 0;
-    if (node_lost(ranks_[size_t(r)].node) && spares_left > 0) --spares_left;
-    node_gone = node_gone || homeless;
-    if (n > options_.max_restarts || homeless) dropped.push_back(r);
+    if (n > options_.max_restarts) dropped.push_back(r);
   }
   const int at_step = ++step_failures_[failure.step];
   std::vector<int> demoted;  // processes of survivors the smaller world has no place for
@@ -810,39 +827,52 @@ bool Agent::recover(RankFailure& failure) {
   ++generation_;
   const std::optional<int64_t> snapshot = newest_restorable_step(snapshot_root(job_dir_));
   failure.restored_step = snapshot.value_or(0);
-  // Every slot whose process has ended gets a spare, or a new process on its node; the others
-  // are kept.
+  // Every slot whose process has ended gets a spare (a lost node's slots first, as counted
+  // above), or a new process on its node; the others are kept.
+  std::vector<std::string> how(static_cast<size_t>(world()));
+  auto take_spare = [&](int r) {
+    Process& slot = ranks_[size_t(r)];
+    slot = std::move(spares_.front());
+    spares_.erase(spares_.begin());
+    assign(slot, r);
+    failure.replaced_by_spare = true;
+    how[size_t(r)] = "a spare";
+  };
+  for (int r = 0; r < world() && !spares_.empty(); ++r) {
+    if (ranks_[size_t(r)].exited && node_lost(ranks_[size_t(r)].node)) take_spare(r);
+  }
   std::vector<std::string> members;
   for (int r = 0; r < world(); ++r) {
     Process& slot = ranks_[size_t(r)];
-    std::string how;
-    if (!slot.exited) {
+    if (!how[size_t(r)].empty()) {
+      // a lost node's slot, given a spare above
+    } else if (!slot.exited) {
       assign(slot, r);
       ++failure.survivors_kept;
-      how = "kept";
+      how[size_t(r)] = "kept";
     } else if (!spares_.empty()) {
-      slot = std::move(spares_.front());
-      spares_.erase(spares_.begin());
-      assign(slot, r);
-      failure.replaced_by_spare = true;
-      how = "a spare";
+      take_spare(r);
     } else {
       slot = spawn(r, slot.node);
-      how = "new";
+      how[size_t(r)] = "new";
     }
-    members.push_back(channel_
-                          ? fmt::format("{} (node {}, process {}, {})", r, slot.node, slot.id, how)
-                          : fmt::format("{} (pid {}, {})", r, int(slot.pid), how));
+    members.push_back(channel_ ? fmt::format("{} (node {}, process {}, {})", r, slot.node, slot.id,
+                                             how[size_t(r)])
+                               : fmt::format("{} (pid {}, {})", r, int(slot.pid), how[size_t(r)]));
   }
   // A demoted survivor no slot took is told it is a spare now (rank -1 of this generation).
   for (Process& spare : spares_) {
     if (std::find(demoted.begin(), demoted.end(), spare.id) != demoted.end()) assign(spare, -1);
   }
-  spdlog::warn("agent: generation {}: ranks {}; restoring {} (restart {} of rank {}, at most {})",
-               generation_, fmt::join(members, ", "),
+  spdlog::warn("agent: generation {}: ranks {}; restoring {} ({})", generation_,
+               fmt::join(members, ", "),
                snapshot ? fmt::format("the in-memory snapshot of step {}", *snapshot)
                         : std::string("the newest snapshot the ranks hold"),
-               restarts, failure.rank, options_.max_restarts);
+               spare_for_culprit
+                   ? fmt::format("a spare took rank {}'s place, not a restart: {} of at most {}",
+                                 failure.rank, restarts, options_.max_restarts)
+                   : fmt::format("restart {} of rank {}, at most {}", restarts, failure.rank,
+                                 options_.max_restarts));
   return true;
 }
 

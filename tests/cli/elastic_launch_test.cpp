@@ -304,6 +304,28 @@ TEST_F(ElasticLaunch, ASpareTakesTheFailedRanksPlace) {
   expect_final_equals_baseline(dir, 2);
 }
 
+// A spare taking a place is not a restart: with --max-restarts 0 and one spare, the first
+// failure goes to the spare (the job neither ends nor shrinks and ends bitwise); a second one,
+// with no spare left, is past --max-restarts 0 and ends the job.
+TEST_F(ElasticLaunch, ASpareIsUsedBeforeMaxRestartsEndsTheRun) {
+  const auto dir = out_dir("spare_first");
+  std::vector<std::string> args = launch(2, dir);
+  args.insert(args.begin() + 2, {"--spares", "1", "--max-restarts", "0"});
+  const CliResult r = run_cli(args, kLimitS, {"LATTICE_FAULT=kill@forward:1:5"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("a spare took rank 1's place, not a restart: 0 of at most 0"),
+            std::string::npos)
+      << r.err;
+  expect_final_equals_baseline(dir, 2);
+  const auto twice = out_dir("spare_then_end");
+  std::vector<std::string> again = launch(2, twice);
+  again.insert(again.begin() + 2, {"--spares", "1", "--max-restarts", "0"});
+  const CliResult ended =
+      run_cli(again, kLimitS, {"LATTICE_FAULT=kill@forward:1:3,kill@forward:1:6"});
+  EXPECT_EQ(ended.exit_code, 1) << ended.all();
+  EXPECT_NE(ended.err.find("more than --max-restarts 0"), std::string::npos) << ended.err;
+}
+
 // Rank 1 sleeps 150 ms in every forward from step 2 on (the demo's steps take a few ms here):
 // the agent names it a straggler and leaves it running; the run ends as the uninterrupted one.
 TEST_F(ElasticLaunch, AStragglerIsReportedAndNotKilled) {
