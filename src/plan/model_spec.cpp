@@ -1,5 +1,7 @@
 #include "plan/model_spec.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace lattice::plan {
@@ -58,6 +60,17 @@ void validate(const ModelSpec& spec) {
                   "model '{}': n_experts {} with experts_per_token {} ---> HINT: a sparse model "
                   "has 1 <= experts_per_token <= n_experts <= 4096; a dense one sets both to 0",
                   spec.name, spec.n_experts, spec.experts_per_token);
+  }
+  // The experts multiply a layer's MLP: their count must stay inside int64 too (each factor's
+  // ceiling above keeps a dense model's under 2^60).
+  if (double(spec.n_layers) * double(std::max<int64_t>(1, spec.n_experts)) * 3.0 *
+          double(spec.d_model) * double(spec.d_ff) >
+      1e18) {
+    LATTICE_THROW(ConfigError,
+                  "model '{}': {} layers of {} experts of {} × {} are larger than any model the "
+                  "planner can price (over 10^18 parameters) ---> HINT: check n_layers, "
+                  "n_experts, d_model and d_ff in the model config",
+                  spec.name, spec.n_layers, spec.n_experts, spec.d_model, spec.d_ff);
   }
   if (spec.n_experts > 0 && spec.biases) {
     LATTICE_THROW(ConfigError,

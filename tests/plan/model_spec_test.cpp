@@ -168,6 +168,11 @@ TEST(ModelFile, HuggingFaceMixtralConfigAndTomlExpertsMatchThePreset) {
   const ModelSpec t = parse_model_toml(
       "preset = \"llama-tiny\"\nn_experts = 4\nexperts_per_token = 2\nd_ff = 96\n", "moe.toml");
   EXPECT_EQ(count_parameters(t).total, count_parameters(model_preset("mixtral-tiny")).total);
+  EXPECT_THROW(parse_model_toml("preset = \"llama-tiny\"\nn_layers = 65536\nd_model = 1048576\n"
+                                "n_heads = 1024\nn_kv_heads = 1024\nd_ff = 4194304\n"
+                                "n_experts = 4096\nexperts_per_token = 2\n",
+                                "huge.toml"),
+               ConfigError);
   try {
     parse_model_toml("preset = \"llama-tiny\"\nn_experts = 4\nexperts_per_token = 5\n", "k.toml");
     FAIL() << "expected ConfigError";
