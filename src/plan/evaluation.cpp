@@ -144,8 +144,9 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               setup.seq_len / l.cp, l.tp));
   }
   // Layers need not divide evenly over the p·v chunks: the runtime's balanced partition (or the
-  // layout's layers_per_chunk) places them; every chunk needs at least one.
-  if (l.pp * l.virtual_stages > model.n_layers) {
+  // layout's layers_per_chunk) places them; every chunk needs at least one (a given split may
+  // leave its two end chunks empty, checked below).
+  if (l.layers_per_chunk.empty() && l.pp * l.virtual_stages > model.n_layers) {
     return reject(RejectReason::kDivisibility,
                   fmt::format("pp {} × v {} = {} pipeline chunks but only {} layers ---> HINT: "
                               "use at most {} chunks",
@@ -153,10 +154,11 @@ std::optional<Rejection> check_layout(const TrainingSetup& setup, const Layout& 
                               model.n_layers));
   }
   if (!l.layers_per_chunk.empty()) {
-    int64_t sum = 0, smallest = model.n_layers;
-    for (int64_t n : l.layers_per_chunk) sum += n, smallest = std::min(smallest, n);
-    if (int64_t(l.layers_per_chunk.size()) != l.pp * l.virtual_stages || sum != model.n_layers ||
-        smallest < 1) {
+    // Megatron-style runtimes may leave the first and last chunk empty (the embedding alone, the
+    // head alone: Llama 3 §3.3.2); Lattice's partition gives every chunk a layer.
+    if (int64_t(l.layers_per_chunk.size()) != l.pp * l.virtual_stages ||
+        !valid_layer_split(l.layers_per_chunk, model.n_layers, l.pp,
+                           setup.runtime != Runtime::kLattice)) {
       return reject(RejectReason::kDivisibility,
                     fmt::format("layers per chunk {} must be pp {} × v {} counts of at least one "
                                 "layer summing to the {} layers ---> HINT: e.g. Llama 3's "

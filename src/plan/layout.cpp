@@ -17,6 +17,23 @@ std::string describe_layer_counts(const std::vector<int64_t>& counts) {
   return text;
 }
 
+bool valid_layer_split(const std::vector<int64_t>& counts, int64_t layers, int64_t pp,
+                       bool empty_ends) {
+  if (counts.empty() || pp < 1 || int64_t(counts.size()) % pp != 0) return false;
+  int64_t sum = 0;
+  std::vector<int64_t> per_stage(size_t(pp), 0);
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const bool end = k == 0 || k + 1 == counts.size();
+    if (counts[k] < (empty_ends && end ? 0 : 1)) return false;
+    sum += counts[k];
+    per_stage[k % size_t(pp)] += counts[k];
+  }
+  for (int64_t held : per_stage) {
+    if (held < 1) return false;
+  }
+  return sum == layers;
+}
+
 std::string describe(const Layout& l) {
   std::string text = fmt::format("dp={} tp={} pp={}", l.dp, l.tp, l.pp);
   if (l.cp > 1) text += fmt::format(" cp={}", l.cp);

@@ -56,4 +56,12 @@ std::string describe(const Layout& layout);
 // "7,8×14,7": layer counts with runs of equal ones folded.
 std::string describe_layer_counts(const std::vector<int64_t>& counts);
 
+// Whether `counts` (p·v chunk layer counts) can split `layers` over `pp` stages: they sum to
+// the layers and every chunk holds one, except that with `empty_ends` the very first and very
+// last chunk may hold none (Llama 3, Dubey et al. 2024 §3.3.2: "the first model chunk on the
+// first stage has only the embedding, and the last model chunk on the last stage has only output
+// projection and loss calculation"), as long as every stage still holds a layer.
+bool valid_layer_split(const std::vector<int64_t>& counts, int64_t layers, int64_t pp,
+                       bool empty_ends);
+
 }  // namespace lattice::plan

@@ -111,8 +111,9 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
   if (!c.layers_per_chunk.empty()) {
     int64_t sum = 0;
     for (int64_t n : c.layers_per_chunk) sum += n;
-    if (sum != setup.model.n_layers ||
-        *std::min_element(c.layers_per_chunk.begin(), c.layers_per_chunk.end()) < 1) {
+    // Per layout, check_layout judges the split against its pp; here only what no pp can mend.
+    if (!valid_layer_split(c.layers_per_chunk, setup.model.n_layers, 1,
+                           setup.runtime != Runtime::kLattice)) {
       LATTICE_THROW(ConfigError,
                     "layers per chunk {} sum to {} but the model has {} layers ---> HINT: give "
                     "p·v counts of at least one layer summing to {}",
@@ -177,6 +178,7 @@ SearchResult search_layouts(const TrainingSetup& setup, const SearchConstraints&
               // Every chunk needs a layer; where p·v does not divide them, the balanced partition
               // (or the given layers_per_chunk) places them.
               if (!c.virtual_stages && pp * v > setup.model.n_layers) continue;
+              if (c.even_splits_only && (pp <= 2 || setup.model.n_layers % (pp * v) != 0)) continue;
               schedules.push_back({s, v});
             }
           }

@@ -30,6 +30,11 @@ struct SearchConstraints {
   int64_t min_cp_positions = 4096;
   int64_t max_micro_batch = 16;    // largest b tried when b is not fixed
   int64_t max_virtual_stages = 8;  // largest v tried for the interleaved schedule
+  // Megatron-LM before Megatron-Core's uneven splits (its arguments.py of 2021-22): the layers
+  // split evenly over the p·v chunks (v = layers per stage ÷ --num-layers-per-virtual-pipeline-
+  // stage) and the interleaved schedule only with pp > 2 ("pipeline-model-parallel size should
+  // be greater than 2 with interleaved schedule").
+  bool even_splits_only = false;
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<int> zero_stages = {0, 1, 2, 3};
   std::vector<Schedule> schedules = {Schedule::kOneFOneB, Schedule::kInterleaved1F1B,

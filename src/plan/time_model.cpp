@@ -240,6 +240,15 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
     pp_per_micro_batch =
         2.0 * double(v) *
         collective_seconds(cluster, CollectiveOp::kSendRecv, time.pp_link, 2, send_bytes);
+    if (layout.tp > 1 && !layout.sequence_parallel && setup.runtime == Runtime::kMegatron) {
+      // The scatter/gather optimisation's other half (Narayanan et al. 2021 §4.1; Megatron-LM's
+      // p2p_communication gathers with gather_split_1d_tensor): each receiver all-gathers the
+      // t slices of the b·s·h tensor over the tensor-parallel group's NVLink before its chunk
+      // can run, forward (activations) and backward (their gradients).
+      pp_per_micro_batch += 2.0 * double(v) *
+                            collective_seconds(cluster, CollectiveOp::kAllGather, time.tp_link,
+                                               layout.tp, bytes.activation * b * s * h);
+    }
   }
 
   // The first and the last stage's own tensor-parallel collectives, per micro-batch: the

@@ -84,6 +84,37 @@ TEST(UnevenPipeline, Llama3s126LayersOn16StagesFitAsPublished) {
             estimate_stage_memory(s, published, 0).activations);
 }
 
+TEST(UnevenPipeline, Llama3sEmbeddingOnlyAndHeadOnlyChunksInterleaved) {
+  // Dubey et al. 2024 §3.3.2: interleaved, the first model chunk holds only the embedding and the
+  // last only the head; with one-layer chunks v = 8 over 16 stages and 126 layers. It fits at
+  // 8,192 GPUs (32 micro-batches a pipeline); Lattice's own partition gives every chunk a layer.
+  TrainingSetup s = setup_for("llama-3-405b", "dgx-h100", 8192, 2048, 8192);
+  s.cluster.runtime.fragmentation = 0;  // live bytes, as plan --validate-published judges them
+  Layout published{.dp = 64,
+                   .tp = 8,
+                   .pp = 16,
+                   .virtual_stages = 8,
+                   .zero = 2,
+                   .micro_batch = 1,
+                   .sequence_parallel = true,
+                   .schedule = Schedule::kInterleaved1F1B};
+  published.layers_per_chunk.assign(128, 1);
+  published.layers_per_chunk.front() = published.layers_per_chunk.back() = 0;
+  const Evaluation e = evaluate(s, published);
+  EXPECT_TRUE(e.feasible()) << (e.rejection ? e.rejection->message : "");
+  EXPECT_EQ(stage_layers(s, published, 0), 7);
+  EXPECT_EQ(stage_layers(s, published, 1), 8);
+  EXPECT_EQ(stage_layers(s, published, 15), 7);
+  EXPECT_NE(describe(published).find("layers=0,1×126,0"), std::string::npos);
+  // Only the two ends may be empty, and every stage keeps a layer.
+  Layout hollow = published;
+  hollow.layers_per_chunk[1] = 0, hollow.layers_per_chunk[2] = 2;
+  EXPECT_EQ(evaluate(s, hollow).rejection->reason, RejectReason::kDivisibility);
+  s.runtime = Runtime::kLattice;
+  published.zero = 1;  // (Lattice's pipelines run ZeRO 0 and 1 only)
+  EXPECT_EQ(evaluate(s, published).rejection->reason, RejectReason::kDivisibility);
+}
+
 TEST(Rejections, GlobalBatchNotDivisibleByDataParallelTimesMicroBatch) {
   expect_rejected(setup_for("gpt2-124m", "dgx-a100", 8, 100, 1024), {.dp = 8, .micro_batch = 1},
                   RejectReason::kBatch, "multiple of dp 8");

@@ -74,42 +74,44 @@ TEST(PublishedRuns, EachRowsErrorIsTheOneTheDocsPrint) {
       {"narayanan-1.7b", 0.0014},
       {"narayanan-3.6b", -0.0047},
       {"narayanan-7.5b", 0.0046},
-      {"narayanan-18.4b", -0.0580},
-      {"narayanan-39.1b", -0.1021},
-      {"narayanan-76.1b", -0.1226},
-      {"narayanan-145.6b", -0.1195},
-      {"narayanan-310.1b", -0.1167},
-      {"narayanan-529.6b", -0.0929},
-      {"narayanan-1008b", -0.1053},
+      {"narayanan-18.4b", -0.0495},
+      {"narayanan-39.1b", -0.0457},
+      {"narayanan-76.1b", -0.1094},
+      {"narayanan-145.6b", -0.0836},
+      {"narayanan-310.1b", -0.0957},
+      {"narayanan-529.6b", -0.0815},
+      {"narayanan-1008b", -0.0587},
       {"korthikanti-22b-full", -0.0326},
       {"korthikanti-22b-selective-sp", -0.0461},
-      {"korthikanti-175b-full", -0.0314},
+      {"korthikanti-175b-full", -0.0216},
       {"korthikanti-175b-selective-sp", -0.0316},
-      {"korthikanti-530b-full", -0.0064},
+      {"korthikanti-530b-full", 0.0061},
       {"korthikanti-530b-selective-sp", -0.0164},
-      {"korthikanti-1t-full", -0.0309},
+      {"korthikanti-1t-full", -0.0210},
       {"korthikanti-1t-selective-sp", -0.0207},
-      {"llama3-405b-8k-gpus", 0.1866},
-      {"llama3-405b-16k-gpus", -0.0783},
-      {"llama3-405b-128k-context", -0.0529},
+      {"llama3-405b-8k-gpus", -0.1108},
+      {"llama3-405b-16k-gpus", -0.1193},
+      {"llama3-405b-128k-context", -0.0663},
   };
   for (const PublishedCheck& c : validation().checks) {
     ASSERT_TRUE(documented.contains(c.run.id)) << c.run.id;
     EXPECT_NEAR(c.error(), documented.at(c.run.id), 0.0005) << c.run.id;
   }
-  EXPECT_NEAR(validation().mean_abs_error, 0.0601, 0.0005);
-  EXPECT_EQ(validation().worst, "llama3-405b-8k-gpus");
+  EXPECT_NEAR(validation().mean_abs_error, 0.0489, 0.0005);
+  EXPECT_EQ(validation().worst, "llama3-405b-16k-gpus");
 }
 
 TEST(PublishedRuns, SelectiveAndFullRecomputeAgreeOnTheSameModel) {
   // Korthikanti et al. measured selective + SP 22-24% faster than full recompute on every model;
   // before the selective rerun of the score sweeps and SP's backward all-gathers were priced the
-  // planner saw 26-29%. Each pair's two errors now lie within 1.5 points of each other.
+  // planner saw 26-29%. Each pair's two errors now lie within 2.5 points of each other (the
+  // full-recompute rows, without SP, also pay the pipeline scatter/gather's all-gather, which the
+  // SP rows do not need: 530B's pair is 2.2 points apart).
   std::map<std::string, double> error;
   for (const PublishedCheck& c : validation().checks) error[c.run.id] = c.error();
   for (const char* size : {"22b", "175b", "530b", "1t"}) {
     const std::string base = std::string("korthikanti-") + size;
-    EXPECT_NEAR(error.at(base + "-full"), error.at(base + "-selective-sp"), 0.015) << size;
+    EXPECT_NEAR(error.at(base + "-full"), error.at(base + "-selective-sp"), 0.025) << size;
   }
 }
 
@@ -131,10 +133,10 @@ TEST(PublishedRuns, GradientAllReduceAfterTheBackwardIsWhatThe2021RunsPaid) {
 
 TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
   // The search restricted to the features each run had (its recompute, SP, schedules, ZeRO
-  // stages, micro-batch where published) but free in tp, pp and dp: the published (tp, pp, dp)
-  // is among the five best (a shape counted once however many v or micro-batches it has) for 18
-  // of the 20 rows. Two of Narayanan et al.'s rows are not (docs/planner.md says so): the
-  // planner prefers other shapes there, as its optimism on those rows would suggest.
+  // stages, micro-batch and v where published) but free in tp, pp and dp: the published
+  // (tp, pp, dp) is among the five best (a shape counted once however many v or micro-batches it
+  // has) for every row. (Before the rows took their published micro-batch and v, Narayanan et
+  // al.'s 18.4B and 39.1B rows were not.)
   std::vector<std::string> outside;
   for (PublishedRun run : published_runs()) {
     const std::array<int64_t, 3> published = {*run.layout.tp, *run.layout.pp, *run.layout.dp};
@@ -150,7 +152,7 @@ TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
     if (std::find(shapes.begin(), shapes.end(), published) == shapes.end())
       outside.push_back(run.id);
   }
-  EXPECT_EQ(fmt::format("{}", fmt::join(outside, ", ")), "narayanan-18.4b, narayanan-39.1b");
+  EXPECT_EQ(fmt::format("{}", fmt::join(outside, ", ")), "");
 }
 
 }  // namespace

@@ -20,6 +20,30 @@ TEST(TimeModel, ModelFlopsFollowThePalmConvention) {
   EXPECT_DOUBLE_EQ(model_flops_per_step(s), (6 * psi + 12.0 * 12 * 768 * 1024) * 64 * 1024);
 }
 
+TEST(TimeModel, PipelineScatterGatherAllGathersOnTheReceiverWithoutSequenceParallelism) {
+  // Narayanan et al. 2021 §4.1: without SP each tp rank sends its 1/t of the b·s·h boundary
+  // tensor between stages and the receiver all-gathers the slices over NVLink, once per chunk
+  // boundary forward and once backward. Under SP the tensor is already split: no gather.
+  TrainingSetup s = testing::llama70b_on_1024_h100();
+  Layout layout{.dp = 16,
+                .tp = 8,
+                .pp = 8,
+                .virtual_stages = 2,
+                .zero = 1,
+                .micro_batch = 1,
+                .schedule = Schedule::kInterleaved1F1B};
+  const int64_t m = micro_batches(layout, s.global_batch);
+  const double bsh = s.bytes().activation * double(s.seq_len) * double(s.model.d_model);
+  const double send =
+      collective_seconds(s.cluster, CollectiveOp::kSendRecv, Transport::kInterNode, 2, bsh / 8.0);
+  const double gather =
+      collective_seconds(s.cluster, CollectiveOp::kAllGather, Transport::kIntraNode, 8, bsh);
+  EXPECT_NEAR(estimate_time(s, layout).pp_communication, double(m) * 2.0 * 2.0 * (send + gather),
+              1e-9);
+  layout.sequence_parallel = true;
+  EXPECT_NEAR(estimate_time(s, layout).pp_communication, double(m) * 2.0 * 2.0 * send, 1e-9);
+}
+
 TEST(TimeModel, StepIsTheSumOfItsParts) {
   TrainingSetup s = testing::llama70b_on_1024_h100();
   const Layout layout{.dp = 16,
