@@ -63,6 +63,19 @@ TEST(Crc32c, TheHardwarePathEqualsThePortableOne) {
     }
   }
   EXPECT_EQ(crc32c(data), reference_crc32c(data));
+  // Long buffers run three interleaved streams of 4 KiB joined by a shift: every length around
+  // the 12 KiB block and its multiples, and a start inside a block.
+  const std::vector<std::byte> big =
+      filled(3 * 12288 + 100, [](size_t i) { return int((i * 2246822519u) >> 24); });
+  const std::span<const std::byte> whole(big);
+  for (size_t n : {12287, 12288, 12289, 24576, 24583, 36864, 36964}) {
+    for (size_t offset : {0, 3}) {
+      const auto piece = whole.subspan(offset, std::min(n, whole.size() - offset));
+      EXPECT_EQ(*crc32c_extend_hardware(0xdeadbeefu, piece),
+                crc32c_extend_portable(0xdeadbeefu, piece))
+          << "offset " << offset << ", " << piece.size() << " bytes";
+    }
+  }
 }
 
 }  // namespace
