@@ -405,36 +405,49 @@ CheckResult check_replicas(const DoctorInput& in) {
     return r;
   }
   const LayoutRunResult& run = in.probe->layout;
-  auto replica_zero = [&](const MeshCoordinates& at) -> const RankRun& {
-    for (const RankRun& x : run.ranks)
-      if (x.at == MeshCoordinates{.pp = at.pp, .dp = 0, .tp = at.tp}) return x;
-    LATTICE_THROW(ValueError, "probe has no rank at {}", coordinates(at));
-  };
+  // The ranks of one (pp, tp) position in dp order, and where each holds which parameter: under
+  // expert parallelism the dp ranks hold different experts, so each parameter is compared with
+  // the lowest dp rank that holds one of the same name (dp 0 for dense ones, the first rank of
+  // its expert group for an expert's).
+  std::map<std::pair<int, int>, std::vector<const RankRun*>> by_position;
+  for (const RankRun& x : run.ranks) by_position[{x.at.pp, x.at.tp}].push_back(&x);
   int64_t compared = 0;
-  for (const RankRun& x : run.ranks) {
-    if (x.at.dp == 0) continue;
-    const RankRun& first = replica_zero(x.at);
-    for (size_t i = 0; i < x.parameter_hashes.size(); ++i) {
-      ++compared;
-      if (x.parameter_hashes[i] == first.parameter_hashes[i]) continue;
-      r.verdict = Verdict::kFail;
-      r.saw = fmt::format(
-          "after {} probe steps parameter '{}' differs between dp rank 0 and dp rank {} (pp {}, "
-          "tp {}): the replicas diverged",
-          x.losses.size(), x.parameter_names[i], x.at.dp, x.at.pp, x.at.tp);
-      r.fix =
-          "every dp rank must apply the same reduced gradients: run lattice train with "
-          "--check-replicas to stop at the first step where they part";
-      r.figures = {{"parameter", x.parameter_names[i]}, {"dp_ranks", {0, x.at.dp}}};
-      return r;
-    }
-    if (x.optimizer_hash && first.optimizer_hash && *x.optimizer_hash != *first.optimizer_hash) {
-      r.verdict = Verdict::kFail;
-      r.saw =
-          fmt::format("the AdamW moments differ between dp rank 0 and dp rank {} (pp {}, tp {})",
-                      x.at.dp, x.at.pp, x.at.tp);
-      r.fix = "every dp rank must step its optimizer with the same gradients and LR";
-      return r;
+  for (auto& [position, ranks] : by_position) {
+    std::sort(ranks.begin(), ranks.end(),
+              [](const RankRun* a, const RankRun* b) { return a->at.dp < b->at.dp; });
+    std::map<std::string, std::pair<const RankRun*, size_t>> first_holder;
+    for (const RankRun* x : ranks) {
+      for (size_t i = 0; i < x->parameter_hashes.size(); ++i) {
+        const auto [it, first] = first_holder.try_emplace(x->parameter_names[i], x, i);
+        if (first) continue;
+        ++compared;
+        const auto [holder, j] = it->second;
+        if (x->parameter_hashes[i] == holder->parameter_hashes[j]) continue;
+        r.verdict = Verdict::kFail;
+        r.saw = fmt::format(
+            "after {} probe steps parameter '{}' differs between dp rank {} and dp rank {} (pp "
+            "{}, tp {}): the replicas diverged",
+            x->losses.size(), x->parameter_names[i], holder->at.dp, x->at.dp, x->at.pp, x->at.tp);
+        r.fix =
+            "every dp rank must apply the same reduced gradients: run lattice train with "
+            "--check-replicas to stop at the first step where they part";
+        r.figures = {{"parameter", x->parameter_names[i]}, {"dp_ranks", {holder->at.dp, x->at.dp}}};
+        return r;
+      }
+      // The moments (ZeRO-0) against the first rank holding the same parameters.
+      for (const RankRun* y : ranks) {
+        if (y == x) break;
+        if (y->parameter_names != x->parameter_names) continue;
+        if (x->optimizer_hash && y->optimizer_hash && *x->optimizer_hash != *y->optimizer_hash) {
+          r.verdict = Verdict::kFail;
+          r.saw = fmt::format(
+              "the AdamW moments differ between dp rank {} and dp rank {} (pp {}, tp {})", y->at.dp,
+              x->at.dp, x->at.pp, x->at.tp);
+          r.fix = "every dp rank must step its optimizer with the same gradients and LR";
+          return r;
+        }
+        break;
+      }
     }
   }
   r.verdict = Verdict::kPass;

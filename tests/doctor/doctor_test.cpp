@@ -196,6 +196,32 @@ TEST(Doctor, AReplicaThatDivergesFailsReplicasNamingTheParameterAndRanks) {
       << r.saw;
 }
 
+// Under expert parallelism (dp 4, ep 2, ZeRO-1) the dp ranks hold other experts in the same
+// places: each parameter is compared with the lowest dp rank holding it, so a healthy run passes
+// and a drift of rank 3's first expert (held also by rank 1) fails naming those two.
+TEST(Doctor, ExpertReplicasAreComparedWithTheRanksHoldingTheSameExperts) {
+  TrainConfig config = tiny(4, 1);
+  config.model = model_preset("mixtral-tiny");
+  config.parallel.ep = 2;
+  config.parallel.zero = 1;
+  const std::vector<CheckResult> healthy = run_checks(input_for(config, true));
+  EXPECT_EQ(result_of(healthy, "replicas").verdict, Verdict::kPass) << all_text(healthy);
+  ProbeOptions options{.after_layout_step = [](LayoutRunRank& rank) {
+    if (rank.step != 2 || rank.at.dp != 3) return;
+    const ParameterRegistry& registry = rank.trainer.model().registry();
+    const int index = registry.find("model.layers.0.block_sparse_moe.experts.2.w1.weight");
+    ASSERT_GE(index, 0);
+    rank.trainer.model().parameters().master().data<float>()[registry.at(index).offset] += 1.0f;
+  }};
+  const std::vector<CheckResult> results = run_checks(input_for(config, true, options));
+  const CheckResult& r = result_of(results, "replicas");
+  EXPECT_EQ(r.verdict, Verdict::kFail) << all_text(results);
+  EXPECT_NE(r.saw.find("'model.layers.0.block_sparse_moe.experts.2.w1.weight' differs between "
+                       "dp rank 1 and dp rank 3"),
+            std::string::npos)
+      << r.saw;
+}
+
 TEST(Doctor, ResumingWithAnotherGlobalBatchFailsBatchAndSaysTheLrWasNotRescaled) {
   TrainConfig config = tiny(1, 1);
   config.seq_len = 32;
