@@ -4,8 +4,11 @@
 // batch given as global batch × micro-batches, the micro-batch derived for each layout.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 
+#include "train/layout_run.h"
 #include "train/train_config.h"
 
 namespace lattice::testing {
@@ -36,6 +39,18 @@ inline TrainConfig equivalence_config(ModelConfig model, const std::filesystem::
   c.grad_clip = 0.5f;
   c.threads = 1;
   return c;
+}
+
+// A layout's run against the single rank's: every step's loss within 1e-5 and rank 0's global
+// gradient norm within 1e-4 (relative).
+inline void expect_equal_to_single_rank(const LayoutRunResult& split,
+                                        const LayoutRunResult& single) {
+  ASSERT_EQ(split.losses.size(), single.losses.size());
+  for (size_t s = 0; s < single.losses.size(); ++s) {
+    EXPECT_NEAR(split.losses[s], single.losses[s], 1e-5 * single.losses[s]) << "step " << s + 1;
+    const double norm = single.ranks[0].grad_norms[s];
+    EXPECT_NEAR(split.ranks[0].grad_norms[s], norm, 1e-4 * norm) << "step " << s + 1;
+  }
 }
 
 }  // namespace lattice::testing
