@@ -36,16 +36,8 @@ namespace lattice::cli {
 namespace {
 
 struct BenchCpArgs {
-  std::string preset = "gpt2-tiny";
-  int64_t batch = 2;
-  int64_t seq = 2048;
-  int steps = 5;
-  int warmup = 2;
+  StepBenchOptions step{.preset = "gpt2-tiny", .batch = 2, .seq = 2048};
   std::vector<int> cp{1, 2};
-  std::string precision = "fp32";
-  int threads = 1;  // per rank
-  uint64_t seed = 1337;
-  float lr = 1e-4f;
 };
 
 struct RankSteps {
@@ -65,23 +57,24 @@ struct CpResult {
 
 RankSteps run_rank(const BenchCpArgs& args, const ModelConfig& model, Communicator& world) {
   const TrainBenchmarkConfig bench{.model = model,
-                                   .batch = args.batch,
-                                   .seq = args.seq,
-                                   .warmup_steps = args.warmup,
-                                   .steps = args.steps,
-                                   .precision = parse_precision(args.precision),
-                                   .threads = args.threads,
-                                   .seed = args.seed,
-                                   .lr = args.lr};
+                                   .batch = args.step.batch,
+                                   .seq = args.step.seq,
+                                   .warmup_steps = args.step.warmup,
+                                   .steps = args.step.steps,
+                                   .precision = parse_precision(args.step.precision),
+                                   .threads = args.step.threads,
+                                   .seed = args.step.seed,
+                                   .lr = args.step.lr};
   DeviceMesh mesh(world, {.cp = world.size()});
   Arena arena(fmt::format("bench-cp-rank{}", world.rank()));
   Trainer trainer(
       benchmark_train_config(bench), arena,
-      {.dp = &mesh.replicas(), .cp = mesh.cp(), .threads = args.threads},
-      {.train = random_token_file(args.batch, args.seq, model.vocab_size, args.seed), .val = {}});
+      {.dp = &mesh.replicas(), .cp = mesh.cp(), .threads = args.step.threads},
+      {.train = random_token_file(args.step.batch, args.step.seq, model.vocab_size, args.step.seed),
+       .val = {}});
   ContextParallel& ring = trainer.model().context_parallel();
   RankSteps out;
-  for (int step = 0; step < args.warmup + args.steps; ++step) {
+  for (int step = 0; step < args.step.warmup + args.step.steps; ++step) {
     world.barrier();  // untimed: every rank starts the step together
     ring.reset_stats();
     const StepMetrics m = trainer.train_step();
@@ -90,7 +83,7 @@ RankSteps run_rank(const BenchCpArgs& args, const ModelConfig& model, Communicat
                     world.size(), world.rank(), m.loss);
     }
     out.losses.push_back(m.loss);
-    if (step < args.warmup) continue;
+    if (step < args.step.warmup) continue;
     out.step_s.push_back(m.ms / 1e3);
     out.exposed_s.push_back(ring.stats().exposed_seconds);
     out.ring_s.push_back(ring.stats().seconds);
@@ -133,26 +126,26 @@ CpResult run_cp(const BenchCpArgs& args, const ModelConfig& model, int cp) {
 }
 
 void run_bench_cp(BenchCpArgs args) {
-  ModelConfig model = model_preset(args.preset);
-  model.seq_len = std::max(model.seq_len, args.seq);
+  ModelConfig model = model_preset(args.step.preset);
+  model.seq_len = std::max(model.seq_len, args.step.seq);
   std::sort(args.cp.begin(), args.cp.end());
   args.cp.erase(std::unique(args.cp.begin(), args.cp.end()), args.cp.end());
   for (int cp : args.cp) {
-    validate_context_parallel(cp, args.seq);
-    if (cp * args.threads > available_cores()) {
+    validate_context_parallel(cp, args.step.seq);
+    if (cp * args.step.threads > available_cores()) {
       LATTICE_THROW(ConfigError,
                     "bench cp: --cp {} ranks x {} thread(s) need {} cores but {} are available "
                     "---> HINT: ranks x threads must not exceed the cores (an oversubscribed run "
                     "measures the scheduler); lower --cp or --threads",
-                    cp, args.threads, cp * args.threads, available_cores());
+                    cp, args.step.threads, cp * args.step.threads, available_cores());
     }
   }
-  const int64_t tokens_per_step = args.batch * args.seq;
+  const int64_t tokens_per_step = args.step.batch * args.step.seq;
   fmt::print(
       "# lattice bench cp: {} B={} T={} ({} tokens/step), {}, {} warm-up + {} timed steps, {} "
       "thread(s) per rank, threads transport\n",
-      args.preset, args.batch, args.seq, tokens_per_step, args.precision, args.warmup, args.steps,
-      args.threads);
+      args.step.preset, args.step.batch, args.step.seq, tokens_per_step, args.step.precision,
+      args.step.warmup, args.step.steps, args.step.threads);
   fmt::print("# load average at start: {}\n", load_average());
   fmt::print(
       "# ms/step, ring ms and exposed: medians over the timed steps of the max over ranks; ring "
@@ -186,18 +179,10 @@ void register_bench_cp_command(CLI::App& app) {
   auto args = std::make_shared<BenchCpArgs>();
   CLI::App* cmd = bench->add_subcommand(
       "cp", "Training steps per context-parallel size: ms/step, exposed share of ring traffic");
-  cmd->add_option("--preset", args->preset, "model preset (random init; context lengthened)");
-  cmd->add_option("--batch", args->batch, "sequences per step")->check(positive_number());
-  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(positive_number());
-  cmd->add_option("--steps", args->steps, "timed steps")->check(positive_number());
-  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_number());
+  add_step_bench_options(*cmd, args->step, "model preset (random init; context lengthened)");
   cmd->add_option("--cp", args->cp, "context-parallel sizes, e.g. 1,2 (1 is the baseline)")
       ->delimiter(',')
       ->check(positive_number());
-  cmd->add_option("--precision", args->precision, "fp32 or bf16")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option("--threads", args->threads, "threads per rank")->check(positive_number());
-  cmd->add_option("--seed", args->seed, "initialisation and token seed");
   cmd->callback([args] { run_bench_cp(*args); });
 }
 

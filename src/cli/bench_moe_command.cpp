@@ -36,17 +36,9 @@ namespace lattice::cli {
 namespace {
 
 struct BenchMoeArgs {
-  std::string preset = "mixtral-tiny";
-  int64_t batch = 8;  // sequences per step, over all dp ranks
-  int64_t seq = 256;
-  int steps = 5;
-  int warmup = 2;
+  StepBenchOptions step{.preset = "mixtral-tiny", .batch = 8, .seq = 256};
   int dp = 2;
   std::vector<int> ep{1, 2};
-  std::string precision = "fp32";
-  int threads = 1;  // per rank
-  uint64_t seed = 1337;
-  float lr = 1e-4f;
 };
 
 struct RankSteps {
@@ -59,14 +51,14 @@ struct RankSteps {
 RankSteps run_rank(const BenchMoeArgs& args, const ModelConfig& model, int ep,
                    Communicator& world) {
   const TrainBenchmarkConfig bench{.model = model,
-                                   .batch = args.batch,
-                                   .seq = args.seq,
-                                   .warmup_steps = args.warmup,
-                                   .steps = args.steps,
-                                   .precision = parse_precision(args.precision),
-                                   .threads = args.threads,
-                                   .seed = args.seed,
-                                   .lr = args.lr};
+                                   .batch = args.step.batch,
+                                   .seq = args.step.seq,
+                                   .warmup_steps = args.step.warmup,
+                                   .steps = args.step.steps,
+                                   .precision = parse_precision(args.step.precision),
+                                   .threads = args.step.threads,
+                                   .seed = args.step.seed,
+                                   .lr = args.step.lr};
   DeviceMesh mesh(world, {.dp = world.size(), .ep = ep});
   Arena arena(fmt::format("bench-moe-rank{}", world.rank()));
   Trainer trainer(
@@ -74,11 +66,12 @@ RankSteps run_rank(const BenchMoeArgs& args, const ModelConfig& model, int ep,
       {.dp = &mesh.replicas(),
        .ep = mesh.ep(),
        .expert_dp = mesh.ep() != nullptr ? &mesh.expert_replicas() : nullptr,
-       .threads = args.threads},
-      {.train = random_token_file(args.batch, args.seq, model.vocab_size, args.seed), .val = {}});
+       .threads = args.step.threads},
+      {.train = random_token_file(args.step.batch, args.step.seq, model.vocab_size, args.step.seed),
+       .val = {}});
   const ExpertParallel& experts = trainer.model().expert_parallel();
   RankSteps out;
-  for (int step = 0; step < args.warmup + args.steps; ++step) {
+  for (int step = 0; step < args.step.warmup + args.step.steps; ++step) {
     world.barrier();  // untimed: every rank starts the step together
     const ExpertParallelStats before = experts.stats();
     const StepMetrics m = trainer.train_step();
@@ -87,7 +80,7 @@ RankSteps run_rank(const BenchMoeArgs& args, const ModelConfig& model, int ep,
                     world.rank(), m.loss);
     }
     out.losses.push_back(m.loss);
-    if (step < args.warmup) continue;
+    if (step < args.step.warmup) continue;
     out.step_s.push_back(m.ms / 1e3);
     out.exchange_s.push_back(experts.stats().seconds - before.seconds);
     out.bytes.push_back(experts.stats().bytes - before.bytes);
@@ -97,27 +90,27 @@ RankSteps run_rank(const BenchMoeArgs& args, const ModelConfig& model, int ep,
 }
 
 void run_bench_moe(BenchMoeArgs args) {
-  ModelConfig model = model_preset(args.preset);
-  model.seq_len = std::max(model.seq_len, args.seq);
+  ModelConfig model = model_preset(args.step.preset);
+  model.seq_len = std::max(model.seq_len, args.step.seq);
   std::sort(args.ep.begin(), args.ep.end());
   args.ep.erase(std::unique(args.ep.begin(), args.ep.end()), args.ep.end());
   for (int ep : args.ep) validate_moe_layout(model, 1, false, ep, args.dp, 0);
-  if (args.dp * args.threads > available_cores()) {
+  if (args.dp * args.step.threads > available_cores()) {
     LATTICE_THROW(ConfigError,
                   "bench moe: --dp {} ranks x {} thread(s) need {} cores but {} are available "
                   "---> HINT: ranks x threads must not exceed the cores (an oversubscribed run "
                   "measures the scheduler); lower --dp or --threads",
-                  args.dp, args.threads, args.dp * args.threads, available_cores());
+                  args.dp, args.step.threads, args.dp * args.step.threads, available_cores());
   }
-  if (args.batch % args.dp != 0) {
-    LATTICE_THROW(ConfigError, "bench moe: --batch {} does not split over --dp {}", args.batch,
+  if (args.step.batch % args.dp != 0) {
+    LATTICE_THROW(ConfigError, "bench moe: --batch {} does not split over --dp {}", args.step.batch,
                   args.dp);
   }
   fmt::print(
       "# lattice bench moe: {} ({} experts, top {}) B={} T={} over dp {}, {}, {} warm-up + {} "
       "timed steps, {} thread(s) per rank, threads transport\n",
-      args.preset, model.n_experts, model.experts_per_token, args.batch, args.seq, args.dp,
-      args.precision, args.warmup, args.steps, args.threads);
+      args.step.preset, model.n_experts, model.experts_per_token, args.step.batch, args.step.seq,
+      args.dp, args.step.precision, args.step.warmup, args.step.steps, args.step.threads);
   fmt::print("# load average at start: {}\n", load_average());
   fmt::print(
       "# ms/step and a2a ms: medians over the timed steps of the max over ranks; a2a: the wall "
@@ -157,7 +150,7 @@ void run_bench_moe(BenchMoeArgs args) {
         "  {:>3} {:>9.1f} {:>9.1f} {:>9.1f} {:>8} {:>9.2f} {:>7.1f}% {:>9.2f} {:>10.3f} "
         "{:>7.4f}->{:.4f}\n",
         ep, ms, *std::min_element(step_ms.begin(), step_ms.end()),
-        double(args.batch * args.seq) / (ms / 1e3), speedup, median(exchange_ms),
+        double(args.step.batch * args.step.seq) / (ms / 1e3), speedup, median(exchange_ms),
         100 * median(share), double(lead.bytes.back()) / 1e6, double(parameters) / 1048576.0,
         lead.losses.front(), lead.losses.back());
     std::fflush(stdout);
@@ -172,21 +165,13 @@ void register_bench_moe_command(CLI::App& app) {
   auto args = std::make_shared<BenchMoeArgs>();
   CLI::App* cmd = bench->add_subcommand(
       "moe", "Training steps per expert-parallel size: ms/step, the all-to-all share");
-  cmd->add_option("--preset", args->preset, "a mixture-of-experts preset (random init)");
-  cmd->add_option("--batch", args->batch, "sequences per step, over all dp ranks")
-      ->check(positive_number());
-  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(positive_number());
-  cmd->add_option("--steps", args->steps, "timed steps")->check(positive_number());
-  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_number());
+  add_step_bench_options(*cmd, args->step, "a mixture-of-experts preset (random init)",
+                         "sequences per step, over all dp ranks");
   cmd->add_option("--dp", args->dp, "data-parallel ranks the experts spread over")
       ->check(positive_number());
   cmd->add_option("--ep", args->ep, "expert-parallel sizes, e.g. 1,2 (1 is the baseline)")
       ->delimiter(',')
       ->check(positive_number());
-  cmd->add_option("--precision", args->precision, "fp32 or bf16")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option("--threads", args->threads, "threads per rank")->check(positive_number());
-  cmd->add_option("--seed", args->seed, "initialisation and token seed");
   cmd->callback([args] { run_bench_moe(*args); });
 }
 

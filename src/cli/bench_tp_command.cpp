@@ -37,17 +37,9 @@ namespace lattice::cli {
 namespace {
 
 struct BenchTpArgs {
-  std::string preset = "gpt2-124m";
-  int64_t batch = 4;
-  int64_t seq = 256;
-  int steps = 5;
-  int warmup = 2;
+  StepBenchOptions step{.preset = "gpt2-124m", .batch = 4, .seq = 256};
   std::vector<int> tp{1, 2};
-  std::string precision = "fp32";
   std::string sp = "both";  // sequence parallelism for tp > 1: off, on or both
-  int threads = 1;          // per rank
-  uint64_t seed = 1337;
-  float lr = 1e-4f;
 };
 
 struct Layout {
@@ -98,24 +90,24 @@ std::vector<Layout> layouts(const BenchTpArgs& args) {
 RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, bool sp,
                    Communicator& comm) {
   TrainBenchmarkConfig bench{.model = model_config,
-                             .batch = args.batch,
-                             .seq = args.seq,
-                             .warmup_steps = args.warmup,
-                             .steps = args.steps,
-                             .precision = parse_precision(args.precision),
-                             .threads = args.threads,
-                             .seed = args.seed,
-                             .lr = args.lr};
+                             .batch = args.step.batch,
+                             .seq = args.step.seq,
+                             .warmup_steps = args.step.warmup,
+                             .steps = args.step.steps,
+                             .precision = parse_precision(args.step.precision),
+                             .threads = args.step.threads,
+                             .seed = args.step.seed,
+                             .lr = args.step.lr};
   Arena arena(fmt::format("bench-tp-rank{}", comm.rank()));
-  Trainer trainer(
-      benchmark_train_config(bench), arena,
-      {.threads = args.threads, .tp = &comm, .sequence_parallel = sp},
-      {.train = random_token_file(args.batch, args.seq, model_config.vocab_size, args.seed),
-       .val = {}});
+  Trainer trainer(benchmark_train_config(bench), arena,
+                  {.threads = args.step.threads, .tp = &comm, .sequence_parallel = sp},
+                  {.train = random_token_file(args.step.batch, args.step.seq,
+                                              model_config.vocab_size, args.step.seed),
+                   .val = {}});
   TensorParallel& tp = trainer.model().tensor_parallel();
 
   RankSteps out;
-  for (int step = 0; step < args.warmup + args.steps; ++step) {
+  for (int step = 0; step < args.step.warmup + args.step.steps; ++step) {
     comm.barrier();  // untimed: every rank starts the step together
     tp.reset_stats();
     const double cpu_start = thread_cpu_seconds();
@@ -126,7 +118,7 @@ RankSteps run_rank(const BenchTpArgs& args, const ModelConfig& model_config, boo
                     comm.rank(), m.loss);
     }
     out.losses.push_back(m.loss);
-    if (step < args.warmup) continue;
+    if (step < args.step.warmup) continue;
     out.step_s.push_back(m.ms / 1e3);
     out.cpu_s.push_back(cpu_seconds);
     out.comm_s.push_back(tp.stats().seconds);
@@ -177,32 +169,32 @@ LayoutResult run_layout(const BenchTpArgs& args, const ModelConfig& model_config
 }
 
 void check_args(const BenchTpArgs& args, const ModelConfig& model_config) {
-  if (args.seq > model_config.seq_len) {
+  if (args.step.seq > model_config.seq_len) {
     LATTICE_THROW(ConfigError,  // input refused: exit 3
                   "bench tp: seq {} is longer than the model's context {} ---> HINT: pass a "
                   "smaller --seq",
-                  args.seq, model_config.seq_len);
+                  args.step.seq, model_config.seq_len);
   }
   for (int tp : args.tp) {
-    if (tp * args.threads > available_cores()) {
+    if (tp * args.step.threads > available_cores()) {
       LATTICE_THROW(ConfigError,
                     "bench tp: --tp {} ranks x {} thread(s) need {} cores but {} are available "
                     "---> HINT: ranks x threads must not exceed the cores (an oversubscribed "
                     "run measures the scheduler); lower --tp or --threads",
-                    tp, args.threads, tp * args.threads, available_cores());
+                    tp, args.step.threads, tp * args.step.threads, available_cores());
     }
   }
 }
 
 void run_bench_tp(const BenchTpArgs& args) {
-  const ModelConfig model_config = model_preset(args.preset);
+  const ModelConfig model_config = model_preset(args.step.preset);
   check_args(args, model_config);
-  const int64_t tokens_per_step = args.batch * args.seq;
+  const int64_t tokens_per_step = args.step.batch * args.step.seq;
   fmt::print(
       "# lattice bench tp: {} B={} T={} ({} tokens/step), {}, {} warm-up + {} timed steps, {} "
       "thread(s) per rank, threads transport\n",
-      args.preset, args.batch, args.seq, tokens_per_step, args.precision, args.warmup, args.steps,
-      args.threads);
+      args.step.preset, args.step.batch, args.step.seq, tokens_per_step, args.step.precision,
+      args.step.warmup, args.step.steps, args.step.threads);
   fmt::print("# load average at start: {}\n", load_average());
   fmt::print(
       "# ms/step and TP comm: medians over the timed steps of the max over ranks; comm is wall "
@@ -243,20 +235,12 @@ void register_bench_tp_command(CLI::App& app) {
   auto args = std::make_shared<BenchTpArgs>();
   CLI::App* cmd = bench->add_subcommand(
       "tp", "Training steps per tensor-parallel layout: ms/step, fraction in TP collectives");
-  cmd->add_option("--preset", args->preset, "model preset (random init)");
-  cmd->add_option("--batch", args->batch, "sequences per step")->check(positive_number());
-  cmd->add_option("--seq", args->seq, "tokens per sequence")->check(positive_number());
-  cmd->add_option("--steps", args->steps, "timed steps")->check(positive_number());
-  cmd->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_number());
+  add_step_bench_options(*cmd, args->step, "model preset (random init)");
   cmd->add_option("--tp", args->tp, "tensor-parallel sizes, e.g. 1,2 (1 is the baseline)")
       ->delimiter(',')
       ->check(positive_number());
-  cmd->add_option("--precision", args->precision, "fp32 or bf16")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--sp", args->sp, "sequence parallelism for tp > 1: off, on or both")
       ->check(CLI::IsMember({"off", "on", "both"}));
-  cmd->add_option("--threads", args->threads, "threads per rank")->check(positive_number());
-  cmd->add_option("--seed", args->seed, "initialisation and token seed");
   cmd->callback([args] { run_bench_tp(*args); });
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
@@ -38,6 +39,19 @@ double memcpy_seconds(size_t bytes) {
     best = std::min(best, w.seconds());
   }
   return best;
+}
+
+void add_step_bench_options(CLI::App& cmd, StepBenchOptions& options,
+                            const std::string& preset_help, const std::string& batch_help) {
+  cmd.add_option("--preset", options.preset, preset_help);
+  cmd.add_option("--batch", options.batch, batch_help)->check(positive_number());
+  cmd.add_option("--seq", options.seq, "tokens per sequence")->check(positive_number());
+  cmd.add_option("--steps", options.steps, "timed steps")->check(positive_number());
+  cmd.add_option("--warmup", options.warmup, "untimed steps first")->check(non_negative_number());
+  cmd.add_option("--precision", options.precision, "fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd.add_option("--threads", options.threads, "threads per rank")->check(positive_number());
+  cmd.add_option("--seed", options.seed, "initialisation and token seed");
 }
 
 }  // namespace lattice::cli

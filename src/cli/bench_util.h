@@ -1,7 +1,10 @@
 // Small pieces every `lattice bench` subcommand prints or computes the same way.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/dtype.h"
@@ -17,5 +20,23 @@ DType parse_precision(const std::string& name);
 // The best of 5 single-thread memcpy calls of `bytes` (pages faulted in first), in seconds: the
 // memory baseline the benchmarks print beside their rates.
 double memcpy_seconds(size_t bytes);
+
+// What every benchmark of training steps per layout takes (bench tp, cp, moe): the model, the
+// step's shape, how many steps, the numerics.
+struct StepBenchOptions {
+  std::string preset;
+  int64_t batch = 0;  // sequences per step
+  int64_t seq = 0;    // tokens per sequence
+  int steps = 5;
+  int warmup = 2;
+  std::string precision = "fp32";
+  int threads = 1;  // per rank
+  uint64_t seed = 1337;
+  float lr = 1e-4f;
+};
+// Registers --preset, --batch, --seq, --steps, --warmup, --precision, --threads and --seed.
+void add_step_bench_options(CLI::App& cmd, StepBenchOptions& options,
+                            const std::string& preset_help,
+                            const std::string& batch_help = "sequences per step");
 
 }  // namespace lattice::cli
