@@ -214,6 +214,10 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
     read_number(j["runtime"], "layer_overhead_s", c.runtime.layer_overhead_s, origin);
     read_number(j["runtime"], "compute_efficiency", c.runtime.compute_efficiency, origin);
     read_string(j["runtime"], "software", c.runtime.software);
+    if (j["runtime"].contains("zero2_regathers_per_micro_batch")) {
+      c.runtime.zero2_regathers_per_micro_batch =
+          j["runtime"]["zero2_regathers_per_micro_batch"].get<bool>();
+    }
     if (!(c.runtime.compute_efficiency > 0 && c.runtime.compute_efficiency <= 1) ||
         c.runtime.layer_overhead_s < 0 || c.runtime.dp_overlap < 0 || c.runtime.dp_overlap > 1) {
       LATTICE_THROW(ConfigError,
@@ -307,6 +311,7 @@ std::string write_cluster_profile(const ClusterSpec& c) {
         {"dp_bucket_bytes", c.runtime.dp_bucket_bytes},
         {"layer_overhead_s", c.runtime.layer_overhead_s},
         {"compute_efficiency", c.runtime.compute_efficiency},
+        {"zero2_regathers_per_micro_batch", c.runtime.zero2_regathers_per_micro_batch},
         {"software", c.runtime.software}}},
   };
   return j.dump(2) + "\n";

@@ -76,6 +76,11 @@ struct RuntimeFactors {
   double layer_overhead_s = 0;
   // Multiplies every GEMM's efficiency: what a codebase reaches of the device curve.
   double compute_efficiency = 1.0;
+  // ZeRO-2 as PyTorch FSDP's SHARD_GRAD_OP runs it: the parameters are gathered before each
+  // micro-batch's forward, kept through its backward and resharded after it, so every
+  // micro-batch pays an all-gather besides its reduce-scatter (false: DeepSpeed's ZeRO-2, which
+  // keeps the parameters whole and gathers the updated shards once a step).
+  bool zero2_regathers_per_micro_batch = false;
 };
 
 // Power and prices, for lattice plan's energy and cost. A device draws busy_watts while it

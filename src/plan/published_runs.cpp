@@ -167,6 +167,11 @@ PublishedRun llama3(int row, int64_t gpus, int64_t dp, double tflops, double mfu
   // §3.3.2: "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for model
   // shards we do not reshard after forward computation": ZeRO-2.
   c.zero_stages = {2};
+  // That FSDP is PyTorch's (§3.3.2 cites Zhao et al. 2023) with SHARD_GRAD_OP's resharding after
+  // each backward: a parameter all-gather every micro-batch, not once a step.
+  setup.cluster.runtime.software =
+      "pytorch fsdp shard_grad_op (parameters gathered per micro-batch)";
+  setup.cluster.runtime.zero2_regathers_per_micro_batch = true;
   // Meta's split: 126 one-layer chunks between an embedding-only first and a head-only last.
   c.layers_per_chunk.assign(128, 1);
   c.layers_per_chunk.front() = c.layers_per_chunk.back() = 0;

@@ -369,6 +369,18 @@ TimeBreakdown estimate_time(const TrainingSetup& setup, const Layout& layout) {
           time.dp_communication += micro * exposed(scatter, backward_mb);
           break;
         }
+        if (cluster.runtime.zero2_regathers_per_micro_batch) {
+          // PyTorch FSDP's SHARD_GRAD_OP ("unshards before the forward, does not reshard them
+          // after the forward, and only reshards them after the backward computation", the
+          // ShardingStrategy documentation; Zhao et al. 2023 §3): between micro-batches the
+          // parameters are sharded again, so each micro-batch's forward gathers them anew.
+          // Llama 3 ran this (Dubey et al. 2024 §3.3.2: FSDP "shards optimizer states and
+          // gradients, but for model shards we do not reshard after forward computation").
+          time.dp_communication_total += micro * (scatter + gather);
+          time.dp_communication +=
+              micro * (exposed(scatter, backward_mb) + exposed(gather, forward_mb));
+          break;
+        }
         time.dp_communication_total += micro * scatter + gather;
         time.dp_communication +=
             micro * exposed(scatter, backward_mb) + exposed(gather, forward_mb);

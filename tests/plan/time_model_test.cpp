@@ -279,6 +279,27 @@ TEST(TimeModel, ASoftwareProfilesFactorsScaleWhatTheyName) {
   EXPECT_LT(half.forward, 2.0 * base.forward);
 }
 
+TEST(TimeModel, FsdpShardGradOpGathersTheParametersEveryMicroBatch) {
+  // ZeRO-2 as DeepSpeed runs it gathers the updated parameters once a step; PyTorch FSDP's
+  // SHARD_GRAD_OP reshards them after every backward, so each micro-batch gathers them again:
+  // m − 1 more all-gathers of the rank's parameters over the replicas (Llama 3's FSDP).
+  TrainingSetup s = setup_for("gpt2-1.5b", "dgx-a100", 64, 512, 1024);
+  const Layout zero2{.dp = 64, .zero = 2, .micro_batch = 2};
+  const TimeBreakdown once = estimate_time(s, zero2);
+  s.cluster.runtime.zero2_regathers_per_micro_batch = true;
+  const TimeBreakdown every = estimate_time(s, zero2);
+  const double m = double(micro_batches(zero2, s.global_batch));
+  ASSERT_GT(m, 1.0);
+  const double params = stage_parameter_count(s.model, zero2, 0, s.model.n_layers);
+  const double gather = collective_seconds(s.cluster, CollectiveOp::kAllGather, every.dp_link, 64,
+                                           params * s.bytes().parameter);
+  EXPECT_NEAR(every.dp_communication_total - once.dp_communication_total, (m - 1) * gather,
+              1e-9 * every.dp_communication_total);
+  EXPECT_GE(every.dp_communication, once.dp_communication);
+  EXPECT_NEAR(every.step - once.step, every.dp_communication - once.dp_communication,
+              1e-9 * every.step);
+}
+
 TEST(TimeModel, TheLastGradientBucketIsNeverHidden) {
   // Even with the whole reduction hideable (dp_overlap 1), the last bucket's share is exposed:
   // it starts when the backward ends.
