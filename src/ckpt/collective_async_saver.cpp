@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/collective_save.h"
+#include "ckpt/snapshot_slots.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -121,6 +122,9 @@ std::optional<int64_t> newest_restorable_step(const fs::path& root) {
   const std::vector<int64_t> committed = checkpoints.committed_steps();
   std::optional<int64_t> newest;
   if (!committed.empty()) newest = committed.front();
+  if (const std::optional<SlotSnapshot> slots = newest_slot_snapshot(root)) {
+    if (!newest || slots->step > *newest) newest = slots->step;
+  }
   const std::optional<int64_t> staged = newest_uncommitted_staging(checkpoints);
   if (!staged) return newest;
   const fs::path staging = checkpoints.staging_dir(*staged);

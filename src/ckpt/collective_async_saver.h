@@ -47,7 +47,8 @@ std::optional<std::filesystem::path> commit_written_staging(const std::filesyste
                                                             const CommitOptions& options = {});
 
 // The step a next generation restores from `root`: the newest committed one, or a newer one
-// every rank recorded writing (commit_written_staging commits it first). Reads only.
+// every rank recorded writing (commit_written_staging commits it first) or holds complete in
+// its snapshot slots (commit_slot_snapshot). Reads only.
 std::optional<int64_t> newest_restorable_step(const std::filesystem::path& root);
 
 // The record rank `rank` leaves in a staging directory once its shard file is written.

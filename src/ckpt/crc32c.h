@@ -19,6 +19,10 @@ uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes);
 uint32_t crc32c_extend_portable(uint32_t crc, std::span<const std::byte> bytes);
 // nullopt when this CPU has no crc32 instruction.
 std::optional<uint32_t> crc32c_extend_hardware(uint32_t crc, std::span<const std::byte> bytes);
+// Copies `from` to `to` (from.size() bytes, not overlapping) and extends `crc` over them in the
+// same pass: each block is checksummed while the copy has it in cache, so a snapshot's
+// checksum costs no second sweep over memory. Returns crc32c_extend(crc, from).
+uint32_t copy_with_crc32c(uint32_t crc, std::span<const std::byte> from, std::byte* to);
 inline uint32_t crc32c(std::span<const std::byte> bytes) {
   return crc32c_extend(0, bytes);
 }

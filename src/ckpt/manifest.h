@@ -53,6 +53,8 @@ struct ShardRecord {
   std::string file;  // file name inside the checkpoint directory
   std::string key;   // tensor name inside that safetensors file (box.numel() elements)
   ShardBox box;      // which part of the global tensor
+
+  bool operator==(const ShardRecord&) const = default;
 };
 
 struct TensorRecord {
@@ -60,6 +62,8 @@ struct TensorRecord {
   Shape shape;       // global shape
   DType dtype = DType::kF32;
   std::vector<ShardRecord> shards;
+
+  bool operator==(const TensorRecord&) const = default;
 };
 
 struct FileRecord {

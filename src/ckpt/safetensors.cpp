@@ -340,22 +340,26 @@ void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
     }
   }
   tensors_.emplace_back(std::move(name), tensor);
+  layout_.reset();
 }
 
 void SafetensorsWriter::add_metadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
+  layout_.reset();
 }
 
-SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& path,
-                                                const std::filesystem::path& reuse) const {
+const SafetensorsWriter::Layout& SafetensorsWriter::layout(std::string_view destination) const {
+  if (layout_) return *layout_;
   // Data order: larger elements first, then by name, so each tensor starts aligned to its
   // element size (the data itself starts 8-byte aligned).
-  std::vector<const std::pair<std::string, Tensor>*> order;
-  for (const auto& entry : tensors_) order.push_back(&entry);
-  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    size_t sa = dtype_size(a->second.dtype());
-    size_t sb = dtype_size(b->second.dtype());
-    return sa != sb ? sa > sb : a->first < b->first;
+  Layout result;
+  for (size_t i = 0; i < tensors_.size(); ++i) result.order.push_back(i);
+  std::sort(result.order.begin(), result.order.end(), [this](size_t a, size_t b) {
+    const auto& [name_a, tensor_a] = tensors_[a];
+    const auto& [name_b, tensor_b] = tensors_[b];
+    const size_t sa = dtype_size(tensor_a.dtype());
+    const size_t sb = dtype_size(tensor_b.dtype());
+    return sa != sb ? sa > sb : name_a < name_b;
   });
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -365,13 +369,13 @@ SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& pat
     header[std::string(kMetadataKey)] = std::move(meta);
   }
   uint64_t offset = 0;
-  for (const auto* entry : order) {
-    const Tensor& t = entry->second;
+  for (const size_t index : result.order) {
+    const auto& [name, t] = tensors_[index];
     nlohmann::ordered_json info = nlohmann::ordered_json::object();
     info["dtype"] = safetensors_dtype_name(t.dtype());
     info["shape"] = t.shape().dims();
     info["data_offsets"] = {offset, offset + t.nbytes()};
-    header[entry->first] = std::move(info);
+    header[name] = std::move(info);
     offset += t.nbytes();
   }
   std::string text;
@@ -379,26 +383,57 @@ SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& pat
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
     LATTICE_THROW(ValueError, "safetensors: cannot write '{}': {} (names must be UTF-8)",
-                  path.string(), e.what());
+                  destination, e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
+  result.head.resize(8);
+  for (size_t i = 0; i < 8; ++i) result.head[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  result.head += text;
+  result.size = result.head.size() + offset;
+  return layout_.emplace(std::move(result));
+}
 
-  std::array<std::byte, 8> length{};
-  for (size_t i = 0; i < 8; ++i) length[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
+uint64_t SafetensorsWriter::size() const {
+  return layout("its size").size;
+}
+
+SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& path,
+                                                const std::filesystem::path& reuse) const {
+  const Layout& bytes = layout(path.string());
   AtomicFileWriter out(path, reuse);
   SafetensorsFileSummary summary;
   auto emit = [&](const void* data, size_t size) {
-    std::span<const std::byte> bytes(static_cast<const std::byte*>(data), size);
-    out.write(bytes);
-    summary.crc32c = crc32c_extend(summary.crc32c, bytes);
+    std::span<const std::byte> span(static_cast<const std::byte*>(data), size);
+    out.write(span);
+    summary.crc32c = crc32c_extend(summary.crc32c, span);
     summary.size += size;
   };
-  emit(length.data(), length.size());
-  emit(text.data(), text.size());
-  for (const auto* entry : order) {
-    if (entry->second.nbytes() > 0) emit(entry->second.raw_data(), entry->second.nbytes());
+  emit(bytes.head.data(), bytes.head.size());
+  for (const size_t index : bytes.order) {
+    const Tensor& t = tensors_[index].second;
+    if (t.nbytes() > 0) emit(t.raw_data(), t.nbytes());
   }
   out.commit();
+  return summary;
+}
+
+SafetensorsFileSummary SafetensorsWriter::write_into(std::span<std::byte> out) const {
+  const Layout& bytes = layout("memory");
+  if (out.size() < bytes.size) {
+    LATTICE_THROW(ValueError, "safetensors: {} bytes do not hold a file of {}", out.size(),
+                  bytes.size);
+  }
+  SafetensorsFileSummary summary;
+  auto emit = [&](const void* data, size_t size) {
+    summary.crc32c = copy_with_crc32c(summary.crc32c, {static_cast<const std::byte*>(data), size},
+                                      out.data() + summary.size);
+    summary.size += size;
+  };
+  emit(bytes.head.data(), bytes.head.size());
+  for (const size_t index : bytes.order) {
+    const Tensor& t = tensors_[index].second;
+    if (t.nbytes() > 0) emit(t.raw_data(), t.nbytes());
+  }
   return summary;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -112,8 +113,24 @@ class SafetensorsWriter {
   // `reuse`: an old file to write over if it exists (AtomicFileWriter).
   SafetensorsFileSummary write(const std::filesystem::path& path,
                                const std::filesystem::path& reuse = {}) const;
+  // The same bytes into memory (an elastic snapshot's shared-memory slot): `out` holds at least
+  // size() bytes; the checksum rides on the copy (copy_with_crc32c).
+  SafetensorsFileSummary write_into(std::span<std::byte> out) const;
+  // The file's size in bytes, header included.
+  uint64_t size() const;
 
  private:
+  // The bytes before the data (the length and the padded JSON header) and the data's order.
+  struct Layout {
+    std::string head;
+    std::vector<size_t> order;  // indices into tensors_ (a copied writer stays valid)
+    uint64_t size = 0;
+  };
+  // Computed once (size() and write_into() share it) until the next add.
+  const Layout& layout(std::string_view destination) const;
+
+  mutable std::optional<Layout> layout_;
+
   std::vector<std::pair<std::string, Tensor>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -129,11 +129,11 @@ std::string rank_file_name(int rank) {
   return fmt::format("rank_{:05d}.safetensors", rank);
 }
 
-RankWriteResult write_rank_shards(const fs::path& staging, int rank,
-                                  const std::vector<OwnedShard>& shards, const fs::path& reuse) {
-  RankWriteResult result;
+RankShardFile rank_shard_file(int rank, const std::vector<OwnedShard>& shards) {
+  RankShardFile out;
+  RankWriteResult& result = out.result;
+  SafetensorsWriter& writer = out.writer;
   result.file.name = rank_file_name(rank);
-  SafetensorsWriter writer;
   writer.add_metadata("format", "lattice-checkpoint-shard");
   writer.add_metadata("rank", std::to_string(rank));
   for (const OwnedShard& s : shards) {
@@ -166,10 +166,16 @@ RankWriteResult write_rank_shards(const fs::path& staging, int rank,
     result.tensors.push_back(
         {s.name, s.global_shape, s.data.dtype(), {{result.file.name, key, s.box}}});
   }
-  SafetensorsFileSummary summary = writer.write(staging / result.file.name, reuse);
-  result.file.size = summary.size;
-  result.file.crc32c = summary.crc32c;
-  return result;
+  return out;
+}
+
+RankWriteResult write_rank_shards(const fs::path& staging, int rank,
+                                  const std::vector<OwnedShard>& shards, const fs::path& reuse) {
+  RankShardFile file = rank_shard_file(rank, shards);
+  const SafetensorsFileSummary summary = file.writer.write(staging / file.result.file.name, reuse);
+  file.result.file.size = summary.size;
+  file.result.file.crc32c = summary.crc32c;
+  return file.result;
 }
 
 std::string_view commit_stage_name(CommitStage stage) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ckpt/manifest.h"
+#include "ckpt/safetensors.h"
 #include "ckpt/shard_box.h"
 #include "core/arena.h"
 #include "core/tensor.h"
@@ -55,6 +56,14 @@ struct OwnedShard {
 };
 
 std::string rank_file_name(int rank);  // "rank_00003.safetensors"
+
+// A rank's shard file before it is written: the writer holding `shards` (by reference: they
+// must outlive it) and the result to record, its file's size and checksum still unset.
+struct RankShardFile {
+  SafetensorsWriter writer;
+  RankWriteResult result;
+};
+RankShardFile rank_shard_file(int rank, const std::vector<OwnedShard>& shards);
 
 // Phase 1: writes `shards` into <staging>/rank_NNNNN.safetensors (fsynced, renamed into place).
 // A whole tensor is stored under its name and global shape, a box under "name@o0:e0,o1:e1" with

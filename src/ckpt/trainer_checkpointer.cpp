@@ -12,20 +12,29 @@ TrainerCheckpointer::TrainerCheckpointer(fs::path root, Trainer& trainer, Commun
                                          TrainerCheckpointOptions options)
     : root_(std::move(root)), trainer_(trainer), world_(world), commit_(options.commit) {
   expect_world_of(trainer_, world_.size());
+  if (options.slots_of_generation) {
+    slots_ = std::make_unique<SnapshotSlotWriter>(root_, world_.rank(),
+                                                  *options.slots_of_generation, commit_.fence);
+    slots_->reserve(trainer_manifest(trainer_), trainer_shards(trainer_, *scratch_));
+    return;
+  }
   if (!options.async) return;
   async_ = std::make_unique<CollectiveAsyncSaver>(root_, world_, commit_);
-  Arena scratch("ckpt-save");
-  async_->reserve(trainer_shards(trainer_, scratch));
+  async_->reserve(trainer_shards(trainer_, *scratch_));
 }
 
 double TrainerCheckpointer::save() {
   Stopwatch stall;
+  if (slots_ != nullptr) {
+    slots_->write(trainer_manifest(trainer_), trainer_shards(trainer_, *scratch_));
+    return stall.seconds();
+  }
   if (async_ == nullptr) {
     last_sync_ = save_trainer_checkpoint(root_, trainer_, &world_, commit_);
     return stall.seconds();
   }
-  Arena scratch("ckpt-save");  // c_attn's q|k|v columns are copied here, then snapshotted
-  async_->save(trainer_manifest(trainer_), trainer_shards(trainer_, scratch));
+  // c_attn's q|k|v columns are copied into the scratch arena, then snapshotted.
+  async_->save(trainer_manifest(trainer_), trainer_shards(trainer_, *scratch_));
   return stall.seconds();
 }
 

@@ -17,6 +17,7 @@
 
 #include "ckpt/collective_async_saver.h"
 #include "ckpt/shard_writer.h"
+#include "ckpt/snapshot_slots.h"
 #include "comm/communicator.h"
 #include "train/trainer.h"
 
@@ -25,6 +26,11 @@ namespace lattice {
 struct TrainerCheckpointOptions {
   CommitOptions commit = {};  // keep_last, timeouts, test hooks
   bool async = false;         // snapshot, then write on a background thread while training goes on
+  // Elastic snapshots on one node (snapshot_slots.h): each save copies this rank's shard into
+  // one of its two shared-memory slots under `root`, stamped with this generation, and nothing
+  // is committed (after a failure the next generation commits the newest: commit_slot_snapshot).
+  // commit.fence is checked before each slot is published.
+  std::optional<int64_t> slots_of_generation = std::nullopt;
 };
 
 class TrainerCheckpointer {
@@ -37,8 +43,9 @@ class TrainerCheckpointer {
                       TrainerCheckpointOptions options = {});
 
   // Saves <root>/step_<trainer.step()>. Synchronous: committed on return. Asynchronous: waits
-  // for the previous save (rethrowing its error), snapshots, starts the write. Returns the
-  // seconds this rank's training stalled.
+  // for the previous save (rethrowing its error), snapshots, starts the write. Slots: this
+  // rank's slot is complete on return (local, no collective). Returns the seconds this rank's
+  // training stalled.
   double save();
   // After every step: an asynchronous save is committed as soon as every rank has written it.
   void after_step();
@@ -51,6 +58,7 @@ class TrainerCheckpointer {
   // The newest step directory committed by this checkpointer.
   const std::optional<std::filesystem::path>& last_committed() const;
   bool async() const { return async_ != nullptr; }
+  bool slots() const { return slots_ != nullptr; }
 
  private:
   std::filesystem::path root_;
@@ -58,7 +66,10 @@ class TrainerCheckpointer {
   Communicator& world_;
   CommitOptions commit_;
   std::unique_ptr<CollectiveAsyncSaver> async_;
+  std::unique_ptr<SnapshotSlotWriter> slots_;
   std::optional<std::filesystem::path> last_sync_;
+  // Where c_attn's q|k|v columns are copied for a save: kept, so that each save reuses its pages.
+  std::unique_ptr<Arena> scratch_ = std::make_unique<Arena>("ckpt-save");
 };
 
 }  // namespace lattice

@@ -12,6 +12,7 @@
 #include "ckpt/collective_async_saver.h"
 #include "ckpt/collective_save.h"
 #include "ckpt/hf_format.h"
+#include "ckpt/snapshot_slots.h"
 #include "ckpt/trainer_checkpoint.h"
 #include "ckpt/trainer_checkpointer.h"
 #include "comm/tuner.h"
@@ -67,9 +68,10 @@ std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const 
 }
 
 // The in-memory snapshots of a rank under `lattice launch`: every elastic.snapshot_every steps
-// (0: none) into the agent's shared memory, the newest two kept (docs/elastic.md). Each rank
-// writes its shard at the step boundary; the replica on another node and the commit follow
-// while the next step trains.
+// (0: none) into the agent's shared memory (docs/elastic.md). Each rank writes its shard at the
+// step boundary. On one node into one of its two slots, and nothing more; over several nodes as
+// a checkpoint directory, whose replica on the next node and commit follow while the next step
+// trains.
 std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const RankSession* session,
                                                     DeviceMesh& mesh) {
   if (session == nullptr || !session->snapshots() || trainer.config().elastic.snapshot_every == 0) {
@@ -80,6 +82,12 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   // A rank of a replaced generation never commits into the new one's snapshots (fencing).
   options.commit.fence = [session] { session->check_current(); };
   // A snapshot every rank wrote survives its world's loss: the next generation commits it.
+  if (session->replication() == nullptr) {
+    options.slots_of_generation = session->generation();
+    std::optional<TrainerCheckpointer> snapshots;
+    snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
+    return snapshots;
+  }
   options.commit.record_writes = true;
   // Written before the next step starts: a fault anywhere in it restores this step.
   options.commit.write_at_save = true;
@@ -148,11 +156,15 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
   if (lead) {
     error = capture_error([&] {
       CommitOptions options{.keep_last = 2, .fence = [session] { session->check_current(); }};
-      if (const auto dir = commit_written_staging(*session->snapshots(), options)) {
+      std::optional<std::filesystem::path> dir =
+          replication != nullptr ? commit_written_staging(*session->snapshots(), options)
+                                 : commit_slot_snapshot(*session->snapshots(), options);
+      if (dir) {
         fmt::print("committed the in-memory snapshot {} that every rank had written\n",
                    dir->filename().string());
       }
       remove_staging(*session->snapshots());
+      remove_slots(*session->snapshots());
     });
   }
   expect_all_succeeded(world, error, "completing the last written snapshot", *session->snapshots(),
@@ -453,8 +465,10 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
     if (snapshots) {
       const PhaseScope snapshot(Phase::kSnapshot);
+      Stopwatch snapshot_time;
       snapshots->after_step();
       if (m.step % config.elastic.snapshot_every == 0) snapshots->save();
+      m.snapshot_ms = snapshot_time.milliseconds();
     }
     const bool last = m.step == config.steps;
     const bool eval_due =

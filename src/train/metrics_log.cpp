@@ -50,6 +50,7 @@ void MetricsLog::write(const StepMetrics& m, double peak_flops) {
                       {"ms", m.ms},
                       {"mfu", m.model_flops_per_s / peak_flops}};
   if (m.loop_ms > 0) j["loop_ms"] = m.loop_ms;
+  if (m.snapshot_ms > 0) j["snapshot_ms"] = m.snapshot_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.bubble_fraction) j["bubble_fraction"] = *m.bubble_fraction;
   if (!m.expert_layers.empty()) {

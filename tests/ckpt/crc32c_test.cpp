@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace lattice {
@@ -43,6 +44,20 @@ TEST(Crc32c, ExtendingAcrossAnySplitEqualsTheReference) {
   }
   data[40] ^= std::byte{1};
   EXPECT_NE(crc32c(data), expected);
+}
+
+// The snapshot's copy and checksum in one pass: the destination equals the source and the
+// checksum the separate one's, for lengths around the 12 KiB block.
+TEST(Crc32c, CopyingWithTheChecksumEqualsCopyThenChecksum) {
+  const std::vector<std::byte> data =
+      filled(2 * 12288 + 77, [](size_t i) { return int((i * 40503u) >> 8); });
+  for (size_t n :
+       {size_t(0), size_t(1), size_t(12287), size_t(12288), size_t(12289), data.size()}) {
+    const std::span<const std::byte> from = std::span(data).first(n);
+    std::vector<std::byte> to(n);
+    EXPECT_EQ(copy_with_crc32c(0x77u, from, to.data()), crc32c_extend(0x77u, from)) << n;
+    EXPECT_TRUE(std::equal(to.begin(), to.end(), from.begin())) << n;
+  }
 }
 
 // Both paths give the same checksum for every length and alignment (the hardware one where this

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -113,6 +114,27 @@ TEST_F(SafetensorsTest, OutputIsDeterministicAndAligned) {
   EXPECT_EQ(reader.info("b").data_begin, 12u);
   EXPECT_EQ(reader.info("c").data_begin, 18u);
   EXPECT_EQ((bytes.size() - 20) % 8, 0u);  // 12 + 6 + 2 data bytes end the file
+}
+
+// An elastic snapshot's slot holds the file's bytes written into memory: the same bytes and
+// checksum as the file, size() exact, and a buffer too small refused before anything is copied.
+TEST_F(SafetensorsTest, WritingIntoMemoryGivesTheFilesBytesAndChecksum) {
+  Tensor a = filled<float>({5000}, 1);  // past the fused copy's 12 KiB blocks
+  Tensor b = filled<bf16>({3, 7}, 2);
+  SafetensorsWriter writer;
+  writer.add("b", b), writer.add("a", a);
+  writer.add_metadata("format", "test");
+  const SafetensorsFileSummary on_disk = writer.write(dir_ / "f.safetensors");
+  const std::string bytes = read_bytes(dir_ / "f.safetensors");
+  ASSERT_EQ(writer.size(), bytes.size());
+  std::vector<std::byte> memory(bytes.size() + 3, std::byte{0x5a});
+  const SafetensorsFileSummary in_memory = writer.write_into(memory);
+  EXPECT_EQ(in_memory.size, on_disk.size);
+  EXPECT_EQ(in_memory.crc32c, on_disk.crc32c);
+  EXPECT_EQ(std::memcmp(memory.data(), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(memory.back(), std::byte{0x5a});  // nothing past the file
+  std::vector<std::byte> small(bytes.size() - 1);
+  EXPECT_THROW(writer.write_into(small), ValueError);
 }
 
 // The exact bytes of a small file: header in data order, compact JSON, space padding.
