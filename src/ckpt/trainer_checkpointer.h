@@ -9,6 +9,8 @@
 //
 // Every call is collective over `world` (every rank calls it at the same step) and runs on the
 // training thread; asynchronous writes never touch a communicator (collective_async_saver.h).
+// With slots_of_generation (elastic snapshots on one node, snapshot_slots.h) no call is
+// collective: each save only writes this rank's slot.
 #pragma once
 
 #include <filesystem>
