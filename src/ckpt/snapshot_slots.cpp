@@ -152,8 +152,13 @@ fs::path commit_from_slots(const CheckpointRoot& checkpoints, const SlotSnapshot
 }  // namespace
 
 SnapshotSlotWriter::SnapshotSlotWriter(fs::path root, int rank, int64_t generation,
-                                       std::function<void()> fence)
-    : dir_(slots_dir(root)), rank_(rank), generation_(generation), fence_(std::move(fence)) {
+                                       std::function<void()> fence,
+                                       std::function<void()> while_torn)
+    : dir_(slots_dir(root)),
+      rank_(rank),
+      generation_(generation),
+      fence_(std::move(fence)),
+      while_torn_(std::move(while_torn)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) {
@@ -231,6 +236,7 @@ void SnapshotSlotWriter::write(const Manifest& manifest, const std::vector<Owned
 
   const SafetensorsFileSummary summary =
       file.writer.write_into({m.base + kHeaderBytes, file_bytes});
+  if (while_torn_) while_torn_();
   // The same shards as the last write (every save of a run): the same result, not built again.
   if (file.result.tensors != result_tensors_) {
     result_tensors_ = file.result.tensors;

@@ -41,9 +41,10 @@ struct SlotSnapshot {
 class SnapshotSlotWriter {
  public:
   // `generation` stamps every slot written; `fence` is called before a slot is marked complete
-  // (a throw leaves it unpublished).
+  // (a throw leaves it unpublished); `while_torn` once the slot is marked being written and
+  // holds the shard's bytes, not yet published (where an injected snapshot fault lands).
   SnapshotSlotWriter(std::filesystem::path root, int rank, int64_t generation,
-                     std::function<void()> fence = {});
+                     std::function<void()> fence = {}, std::function<void()> while_torn = {});
   ~SnapshotSlotWriter();
   SnapshotSlotWriter(const SnapshotSlotWriter&) = delete;
   SnapshotSlotWriter& operator=(const SnapshotSlotWriter&) = delete;
@@ -71,6 +72,7 @@ class SnapshotSlotWriter {
   int rank_;
   int64_t generation_;
   std::function<void()> fence_;
+  std::function<void()> while_torn_;
   std::array<Mapping, 2> slots_;
   // The last write's result (RankWriteResult::tensors) and its JSON text, reused while equal.
   std::vector<TensorRecord> result_tensors_;

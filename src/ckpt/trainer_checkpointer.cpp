@@ -13,8 +13,8 @@ TrainerCheckpointer::TrainerCheckpointer(fs::path root, Trainer& trainer, Commun
     : root_(std::move(root)), trainer_(trainer), world_(world), commit_(options.commit) {
   expect_world_of(trainer_, world_.size());
   if (options.slots_of_generation) {
-    slots_ = std::make_unique<SnapshotSlotWriter>(root_, world_.rank(),
-                                                  *options.slots_of_generation, commit_.fence);
+    slots_ = std::make_unique<SnapshotSlotWriter>(
+        root_, world_.rank(), *options.slots_of_generation, commit_.fence, options.while_slot_torn);
     slots_->reserve(trainer_manifest(trainer_), trainer_shards(trainer_, *scratch_));
     return;
   }

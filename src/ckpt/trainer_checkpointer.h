@@ -14,6 +14,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -33,6 +34,8 @@ struct TrainerCheckpointOptions {
   // is committed (after a failure the next generation commits the newest: commit_slot_snapshot).
   // commit.fence is checked before each slot is published.
   std::optional<int64_t> slots_of_generation = std::nullopt;
+  // Slots: called while each slot is being written, its bytes in, not yet published.
+  std::function<void()> while_slot_torn = {};
 };
 
 class TrainerCheckpointer {

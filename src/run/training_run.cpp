@@ -73,7 +73,8 @@ std::optional<TrainerCheckpointer> periodic_checkpoints(Trainer& trainer, const 
 // a checkpoint directory, whose replica on the next node and commit follow while the next step
 // trains.
 std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const RankSession* session,
-                                                    DeviceMesh& mesh) {
+                                                    DeviceMesh& mesh,
+                                                    std::optional<PhaseScope>& snapshot_phase) {
   if (session == nullptr || !session->snapshots() || trainer.config().elastic.snapshot_every == 0) {
     return std::nullopt;
   }
@@ -84,6 +85,9 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
   // A snapshot every rank wrote survives its world's loss: the next generation commits it.
   if (session->replication() == nullptr) {
     options.slots_of_generation = session->generation();
+    // The snapshot phase begins once the slot is torn: a fault injected there (kill@snapshot)
+    // finds a copy that must never be restored.
+    options.while_slot_torn = [&snapshot_phase] { snapshot_phase.emplace(Phase::kSnapshot); };
     std::optional<TrainerCheckpointer> snapshots;
     snapshots.emplace(*session->snapshots(), trainer, mesh.world(), options);
     return snapshots;
@@ -440,7 +444,9 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   }
   std::optional<double> last_val;
   std::optional<TrainerCheckpointer> checkpoints = periodic_checkpoints(trainer, config, mesh);
-  std::optional<TrainerCheckpointer> snapshots = memory_snapshots(trainer, session, mesh);
+  std::optional<PhaseScope> slot_phase;  // one node: entered while a slot is being written
+  std::optional<TrainerCheckpointer> snapshots =
+      memory_snapshots(trainer, session, mesh, slot_phase);
   // The snapshot of step N is written by the time step N+1's backward starts: a fault from
   // there on restores step N (at most the step in flight lost). Its forward overlaps the write.
   // Several nodes: its copy on the next node too, so that a lost node loses one step at most.
@@ -464,10 +470,12 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     StepMetrics m = trainer.train_step();
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
     if (snapshots) {
-      const PhaseScope snapshot(Phase::kSnapshot);
+      std::optional<PhaseScope> snapshot;
+      if (!snapshots->slots()) snapshot.emplace(Phase::kSnapshot);
       Stopwatch snapshot_time;
       snapshots->after_step();
       if (m.step % config.elastic.snapshot_every == 0) snapshots->save();
+      slot_phase.reset();
       m.snapshot_ms = snapshot_time.milliseconds();
     }
     const bool last = m.step == config.steps;

@@ -102,6 +102,15 @@ TEST_F(SnapshotSlotsTest, ASlotNeverPublishedIsNotRestoredButTheStepBeforeIs) {
     write_half(rank1, t_, 1, step);
   }
   write_half(rank0, t_, 0, 4);
+  // While a slot holds its bytes but is not yet published, it does not count.
+  std::optional<int64_t> seen_while_torn;
+  SnapshotSlotWriter watched(dir_ / "watched", 0, 0, {}, [&] {
+    seen_while_torn =
+        newest_slot_snapshot(dir_ / "watched").value_or(SlotSnapshot{.step = -1}).step;
+  });
+  write_half(watched, t_, 0, 1, 1);
+  write_half(watched, t_, 0, 2, 1);
+  EXPECT_EQ(seen_while_torn, 1);
   superseded = true;
   EXPECT_THROW(write_half(rank1, t_, 1, 4), CommError);
   EXPECT_EQ(newest_slot_snapshot(dir_)->step, 3);

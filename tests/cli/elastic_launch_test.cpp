@@ -166,11 +166,12 @@ TEST_P(ElasticFault, IsDetectedAndTheRunEndsBitwiseAsTheUninterruptedOne) {
   const double detected = detected_after(r.err);
   EXPECT_GE(detected, 0.0) << r.err;
   EXPECT_LT(detected, 6.0) << r.err;
-  // At most one step lost, the one in flight: each rank writes the snapshot of a step into
-  // shared memory at the step boundary (CommitOptions::write_at_save), before the next step
-  // starts, and the next generation commits it if that world did not. A kill while it is being
-  // written (kill@snapshot) leaves that copy torn (never restored), and the step before it is
-  // trained again: the fault's step is the one restored in every case.
+  // At most one step lost, the one in flight: each rank writes the snapshot of a step into one
+  // of its two shared-memory slots at the step boundary, before the next step starts, and the
+  // next generation commits the newest step every rank completed. A kill while a slot is being
+  // written (kill@snapshot fires once the slot holds its bytes, unpublished) leaves that copy
+  // torn (never restored), and the step before it is trained again: the fault's step is the one
+  // restored in every case.
   EXPECT_EQ(restored_step(r.out), c.fault_step) << r.out;
   expect_final_equals_baseline(dir, 2);
 }
