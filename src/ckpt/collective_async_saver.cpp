@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -155,11 +154,6 @@ CollectiveAsyncSaver::CollectiveAsyncSaver(fs::path root, Communicator& world,
     : root_(std::move(root)), world_(world), options_(std::move(options)) {}
 
 CollectiveAsyncSaver::~CollectiveAsyncSaver() {
-  if (committing_.valid()) {
-    // A rank that never records its write (its world lost it) must not hold this one here.
-    stop_committing_ = true;
-    committing_.wait();
-  }
   if (!pending_.valid()) return;
   pending_.wait();  // the background thread reads the snapshot, which dies with us
   spdlog::warn(
@@ -200,14 +194,6 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
               .dump();
       if (options_.record_writes) record_write(staging, world_.rank(), *manifest_, outcome.result);
     });
-    if (commits_by_records()) {
-      if (!outcome.error.empty()) LATTICE_THROW(IoError, "{}", outcome.error);
-      if (leads_its_root()) {
-        committing_ =
-            std::async(std::launch::async, [this, step] { return commit_when_recorded(step); });
-      }
-      return;
-    }
     pending_ = std::async(std::launch::async, [this, staging, rank = world_.rank(),
                                                outcome = std::move(outcome)]() mutable {
       if (outcome.error.empty() && options_.replicate) {
@@ -243,53 +229,7 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
   });
 }
 
-bool CollectiveAsyncSaver::commits_by_records() const {
-  return options_.write_at_save && options_.record_writes && !options_.replicate;
-}
-
-CollectiveAsyncSaver::WriteOutcome CollectiveAsyncSaver::commit_when_recorded(int64_t step) {
-  const fs::path staging = root_.staging_dir(step);
-  const auto until = std::chrono::steady_clock::now() + options_.peer_timeout;
-  WriteOutcome outcome;
-  for (int r = 0; r < world_.size();) {
-    if (fs::exists(write_record_path(staging, r))) {
-      ++r;
-      continue;
-    }
-    if (stop_committing_) return outcome;  // abandoned: the next generation commits it
-    if (std::chrono::steady_clock::now() > until) {
-      outcome.error = fmt::format(
-          "rank {} did not record its write of {} within {} ms ---> HINT: its log says why", r,
-          staging.string(), options_.peer_timeout.count());
-      return outcome;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  outcome.error = capture_error([&] {
-    if (const auto dir = commit_recorded(root_, step, options_)) outcome.result = dir->string();
-  });
-  return outcome;
-}
-
-void CollectiveAsyncSaver::collect_commit() {
-  const WriteOutcome outcome = committing_.get();
-  if (!outcome.error.empty()) {
-    error_ = std::make_exception_ptr(
-        IoError(fmt::format("the in-memory snapshot was not committed: {}", outcome.error)));
-  } else if (!outcome.result.empty()) {
-    last_committed_ = fs::path(outcome.result);
-  }
-}
-
 bool CollectiveAsyncSaver::poll() {
-  if (commits_by_records()) {
-    if (!committing_.valid() ||
-        committing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      return false;
-    }
-    collect_commit();
-    return true;
-  }
   if (!in_flight()) return false;
   if (options_.write_at_save && !options_.replicate) {
     // Every rank's shard was written in save(): no collective to ask.
@@ -307,7 +247,6 @@ bool CollectiveAsyncSaver::poll() {
 }
 
 void CollectiveAsyncSaver::wait() {
-  if (committing_.valid()) collect_commit();
   if (pending_.valid()) finish();
   rethrow_kept_error();
 }

@@ -23,7 +23,6 @@
 // staging directory is removed, `latest` still names the previous checkpoint.
 #pragma once
 
-#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <future>
@@ -89,7 +88,7 @@ class CollectiveAsyncSaver {
     if (pending_.valid()) pending_.wait();
   }
 
-  bool in_flight() const { return pending_.valid() || committing_.valid(); }
+  bool in_flight() const { return pending_.valid(); }
   // The directory of the newest save this saver committed.
   const std::optional<std::filesystem::path>& last_committed() const { return last_committed_; }
   const Arena& snapshot_arena() const { return snapshot_.arena(); }
@@ -105,14 +104,6 @@ class CollectiveAsyncSaver {
   void rethrow_kept_error();
   // The rank that prepares and commits this rank's root: rank 0, or its node's first.
   bool leads_its_root() const;
-  // Elastic snapshots in one root (write_at_save + record_writes, no replication): every rank's
-  // record in the shared staging directory says its shard is written, so the lead commits on a
-  // thread of its own once all are there, and no rank takes part in a collective to save.
-  bool commits_by_records() const;
-  // That thread: the committed directory in `result`, or why not in `error` (both empty when
-  // the saver closed first).
-  WriteOutcome commit_when_recorded(int64_t step);
-  void collect_commit();  // the commit's outcome, kept (error_, last_committed_)
 
   CheckpointRoot root_;
   Communicator& world_;
@@ -120,8 +111,6 @@ class CollectiveAsyncSaver {
   ShardSnapshot snapshot_;
   std::optional<Manifest> manifest_;  // of the save in flight
   std::future<WriteOutcome> pending_;
-  std::future<WriteOutcome> committing_;  // commits_by_records(): the lead's commit
-  std::atomic<bool> stop_committing_ = false;
   std::exception_ptr error_;
   std::optional<std::filesystem::path> last_committed_;
 };

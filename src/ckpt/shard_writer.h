@@ -101,10 +101,11 @@ struct CommitOptions {
   // the staging directory, and a save abandoned in flight keeps its staging directory, so that
   // the next generation can commit a save every rank had written (commit_written_staging).
   bool record_writes = false;
-  // Elastic snapshots: save() writes this rank's shard (and its record) on the calling thread, at
-  // the step boundary, straight from the live tensors instead of copying them for a background
-  // write: the copy in shared memory is complete before the next step starts, so a fault in the
-  // next step's forward still finds it. Only the replication and the commit stay asynchronous.
+  // Elastic snapshots over several nodes (one node: snapshot_slots.h): save() writes this rank's
+  // shard (and its record) on the calling thread, at the step boundary, straight from the live
+  // tensors instead of copying them for a background write: the copy in shared memory is
+  // complete before the next step starts, so a fault in the next step's forward still finds it.
+  // Only the replication and the commit stay asynchronous.
   bool write_at_save = false;
   // Elastic snapshots over several nodes, each writing to a root of its own (its shared memory):
   // the node of each world rank. Each node's first rank prepares and commits its node's copy;
