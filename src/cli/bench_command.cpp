@@ -32,6 +32,7 @@
 #include "core/kernel_profile.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
+#include "kernels/matmul.h"
 #include "plan/calibration.h"
 #include "plan/cluster_profile.h"
 #include "train/train_benchmark.h"
@@ -57,32 +58,76 @@ double memcpy_traffic_bytes_per_s(size_t bytes) {
   return 2.0 * double(bytes) / memcpy_seconds(bytes);
 }
 
+// Each profiled kernel's GEMMs timed alone, in the same library on the same threads (each
+// distinct problem once, best of `repeats`): the seconds those calls take there. Kernels without
+// GEMMs through lattice::matmul (attention's own tiles, the memory-bound ones) are absent.
+std::map<std::string, double> gemm_seconds_alone(const KernelProfile& profile, int threads,
+                                                 int repeats) {
+  std::map<GemmProblem, double> best;
+  std::map<std::string, double> alone;
+  for (const auto& [name, t] : profile.totals()) {
+    double seconds = 0;
+    for (const auto& [problem, calls] : t.gemm_problems) {
+      if (problem.m == 0 || problem.k == 0 || problem.n == 0) continue;
+      auto it = best.find(problem);
+      if (it == best.end()) {
+        it = best.emplace(problem, measure_gemm_seconds(problem, threads, repeats)).first;
+      }
+      seconds += double(calls) * it->second;
+    }
+    if (seconds > 0) alone[name] = seconds;
+  }
+  return alone;
+}
+
 // The timed steps' kernels, slowest first: time per step and share of the step, the rate each
 // reached against its roof (GEMM-like kernels: FLOP/s against this precision's GEMM ceiling of
-// the same run; the others: bytes/s against memcpy's), and the step's time no kernel holds.
+// the same run; the others: bytes/s against memcpy's), each GEMM's rate against the same
+// problems run alone, and the step's time no kernel holds.
 void print_kernel_profile(const KernelProfile& profile, int steps, double step_ms,
-                          double gemm_ceiling, double memory_roof) {
+                          double gemm_ceiling, double memory_roof,
+                          const std::map<std::string, double>& seconds_alone) {
   std::vector<std::pair<std::string, KernelTotals>> rows(profile.totals().begin(),
                                                          profile.totals().end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  fmt::print("#   {:<34} {:>10} {:>9} {:>7} {:>10} {:>8} {:>7}\n", "kernel", "calls/step",
-             "ms/step", "share", "rate", "unit", "roof");
-  double kernel_ms = 0;
+  fmt::print("#   {:<34} {:>10} {:>9} {:>7} {:>10} {:>8} {:>7} {:>10} {:>8}\n", "kernel",
+             "calls/step", "ms/step", "share", "rate", "unit", "roof", "alone", "vs alone");
+  double kernel_ms = 0, gemm_seconds = 0, gemm_alone = 0;
+  std::string slowest;
+  double slowest_fraction = 2;
   for (const auto& [name, t] : rows) {
     const double ms = 1e3 * t.seconds / steps;
     kernel_ms += ms;
     const bool compute = t.flops > 0;
     const double rate = t.seconds > 0 ? (compute ? t.flops : t.bytes) / t.seconds / 1e9 : 0;
     const double roof = compute ? gemm_ceiling : memory_roof;
-    fmt::print("#   {:<34} {:>10.1f} {:>9.2f} {:>6.1f}% {:>10.1f} {:>8} {:>6.0f}%\n", name,
+    std::string alone_columns;
+    if (auto it = seconds_alone.find(name); it != seconds_alone.end() && t.seconds > 0) {
+      const double fraction = it->second / t.seconds;
+      alone_columns =
+          fmt::format(" {:>10.1f} {:>7.0f}%", t.flops / it->second / 1e9, 100 * fraction);
+      gemm_seconds += t.seconds;
+      gemm_alone += it->second;
+      if (fraction < slowest_fraction) {
+        slowest_fraction = fraction;
+        slowest = name;
+      }
+    }
+    fmt::print("#   {:<34} {:>10.1f} {:>9.2f} {:>6.1f}% {:>10.1f} {:>8} {:>6.0f}%{}\n", name,
                double(t.calls) / steps, ms, 100 * ms / step_ms, rate, compute ? "GFLOP/s" : "GB/s",
-               roof > 0 ? 100 * rate * 1e9 / roof : 0.0);
+               roof > 0 ? 100 * rate * 1e9 / roof : 0.0, alone_columns);
   }
   fmt::print(
       "#   {:<34} {:>10} {:>9.2f} {:>6.1f}%   (outside any timed kernel: the optimizer's "
       "loop, gradient zeroing, bookkeeping)\n",
       "other", "", step_ms - kernel_ms, 100 * (step_ms - kernel_ms) / step_ms);
+  if (gemm_seconds > 0) {
+    fmt::print(
+        "# the step's GEMMs ran at {:.0f}% of the same problems' rate alone (lattice::matmul, "
+        "{}, same threads, best of the repeats); the slowest against its own: {} at {:.0f}%\n",
+        100 * gemm_alone / gemm_seconds, matmul_library_name(), slowest, 100 * slowest_fraction);
+  }
 }
 
 void run_bench_train(BenchTrainArgs args) {
@@ -159,7 +204,8 @@ void run_bench_train(BenchTrainArgs args) {
         fmt::print("# profile of the {} {} thread(s) row: mean of {} timed steps, {:.1f} ms\n",
                    precision, config.threads, r.step_ms.size(), total_ms / r.step_ms.size());
         print_kernel_profile(profile, int(r.step_ms.size()), total_ms / r.step_ms.size(),
-                             profile_ceiling[precision][i], memory_roof);
+                             profile_ceiling[precision][i], memory_roof,
+                             gemm_seconds_alone(profile, config.threads, args.gemm_repeats));
       }
       std::fflush(stdout);  // rows arrive minutes apart: show each as it is measured
       if (i == 0 && precision == args.precisions.front()) {

@@ -5,12 +5,26 @@ namespace lattice {
 namespace {
 thread_local KernelProfile* current_profile = nullptr;
 thread_local int timer_depth = 0;
+thread_local std::string_view open_timer_name;  // the outermost open timer's
 }  // namespace
 
-void KernelProfile::add(std::string_view name, double seconds, double flops, double bytes) {
+KernelTotals& KernelProfile::entry(std::string_view name) {
   auto it = totals_.find(name);
   if (it == totals_.end()) it = totals_.emplace(std::string(name), KernelTotals{}).first;
-  KernelTotals& t = it->second;
+  return it->second;
+}
+
+void KernelProfile::add_gemm_problem(std::string_view name, const GemmProblem& problem) {
+  ++entry(name).gemm_problems[problem];
+}
+
+void note_gemm_problem(const GemmProblem& problem) {
+  if (current_profile == nullptr || timer_depth == 0) return;
+  current_profile->add_gemm_problem(open_timer_name, problem);
+}
+
+void KernelProfile::add(std::string_view name, double seconds, double flops, double bytes) {
+  KernelTotals& t = entry(name);
   ++t.calls;
   t.seconds += seconds;
   t.flops += flops;
@@ -31,6 +45,7 @@ KernelTimer::KernelTimer(std::string_view name, double flops, double bytes) {
   if (timer_depth++ > 0) return;  // nested: the outer timer books the time
   profile_ = current_profile;
   name_ = name;
+  open_timer_name = name;
   flops_ = flops;
   bytes_ = bytes;
   start_ = std::chrono::steady_clock::now();

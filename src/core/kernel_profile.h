@@ -7,27 +7,48 @@
 #pragma once
 
 #include <chrono>
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "core/dtype.h"
+
 namespace lattice {
+
+// One GEMM as `lattice::matmul` was asked for it: out (M, N) = op(a) (M, K) · op(b) (K, N), so
+// that a benchmark can time the same problem alone, in the same library, beside the step's.
+struct GemmProblem {
+  int64_t m = 0, k = 0, n = 0;
+  bool transpose_a = false;  // a stored (K, M)
+  bool transpose_b = false;  // b stored (N, K)
+  bool accumulate = false;
+  bool bias = false;
+  DType input = DType::kF32;
+  DType output = DType::kF32;
+
+  double flops() const { return 2.0 * double(m) * double(k) * double(n); }
+  auto operator<=>(const GemmProblem&) const = default;
+};
 
 struct KernelTotals {
   int64_t calls = 0;
   double seconds = 0;
   double flops = 0;  // arithmetic the calls did (0: memory-bound, judged by bytes)
   double bytes = 0;  // bytes they read and wrote
+  std::map<GemmProblem, int64_t> gemm_problems;  // the GEMMs inside the calls, and how often
 };
 
 class KernelProfile {
  public:
   void add(std::string_view name, double seconds, double flops, double bytes);
+  void add_gemm_problem(std::string_view name, const GemmProblem& problem);
   const std::map<std::string, KernelTotals, std::less<>>& totals() const { return totals_; }
   void clear() { totals_.clear(); }
 
  private:
+  KernelTotals& entry(std::string_view name);
   std::map<std::string, KernelTotals, std::less<>> totals_;
 };
 
@@ -42,6 +63,10 @@ class ScopedKernelProfile {
  private:
   KernelProfile* previous_;
 };
+
+// Books a GEMM the calling thread runs under its outermost open timer (no-op when not
+// profiling); `lattice::matmul` calls it for every problem.
+void note_gemm_problem(const GemmProblem& problem);
 
 class KernelTimer {
  public:

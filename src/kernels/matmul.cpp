@@ -280,6 +280,15 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
   const KernelTimer timer("gemm (other)",
                           2.0 * double(problem.m) * double(problem.n) * double(problem.k),
                           double(a.nbytes() + b.nbytes() + out.nbytes()));
+  note_gemm_problem({.m = problem.m,
+                     .k = problem.k,
+                     .n = problem.n,
+                     .transpose_a = problem.transpose_a,
+                     .transpose_b = problem.transpose_b,
+                     .accumulate = problem.accumulate,
+                     .bias = problem.bias,
+                     .input = problem.input,
+                     .output = problem.output});
   if (problem.m == 0 || problem.n == 0) return;
   if (problem.k == 0) {
     write_empty_product(out, bias, options.accumulate);
@@ -357,6 +366,11 @@ std::string matmul_implementation(int64_t m, int64_t n, int64_t k, DType input, 
 
 MatmulCacheStats matmul_cache_stats() {
   return thread_cache().stats;
+}
+
+std::string matmul_library_name() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
 }
 
 void matmul_cache_clear() {

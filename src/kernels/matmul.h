@@ -34,6 +34,9 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = 
 std::string matmul_implementation(int64_t m, int64_t n, int64_t k, DType input, DType output,
                                   MatmulOptions options = {});
 
+// The library and its version behind matmul, e.g. "oneDNN 2.6.3", for benchmark reports.
+std::string matmul_library_name();
+
 // Primitive-cache statistics of the calling thread (created primitives vs cache hits).
 struct MatmulCacheStats {
   int64_t created = 0;

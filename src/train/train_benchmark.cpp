@@ -112,29 +112,49 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkConfig& config) {
   return result;
 }
 
-double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    LATTICE_THROW(DTypeError, "measure_gemm_flops: dtype {} ---> HINT: f32 or bf16",
-                  dtype_name(dtype));
+double measure_gemm_seconds(const GemmProblem& problem, int threads, int repeats) {
+  for (const DType d : {problem.input, problem.output}) {
+    if (d != DType::kF32 && d != DType::kBF16) {
+      LATTICE_THROW(DTypeError, "measure_gemm_seconds: dtype {} ---> HINT: f32 or bf16",
+                    dtype_name(d));
+    }
   }
-  LATTICE_CHECK(shape.m > 0 && shape.k > 0 && shape.n > 0 && repeats > 0 && threads > 0);
+  LATTICE_CHECK(problem.m > 0 && problem.k > 0 && problem.n > 0 && repeats > 0 && threads > 0);
   set_thread_budget(threads);
   Arena arena("bench-gemm");
-  const Tensor a = random_matrix(arena, shape.m, shape.k, dtype, 1, 0);
-  const Tensor b = random_matrix(arena, shape.k, shape.n, dtype, 2, 0);
-  Tensor out = Tensor::empty(arena, Shape({shape.m, shape.n}), dtype, MemoryCategory::kWorkspace);
-  matmul(out, a, b);  // warm-up: creates the primitive, faults the pages in
+  // The operands as the caller stores them: a (K, M) under transpose_a, b (N, K) under
+  // transpose_b.
+  const Tensor a = problem.transpose_a
+                       ? random_matrix(arena, problem.k, problem.m, problem.input, 1, 0)
+                       : random_matrix(arena, problem.m, problem.k, problem.input, 1, 0);
+  const Tensor b = problem.transpose_b
+                       ? random_matrix(arena, problem.n, problem.k, problem.input, 2, 0)
+                       : random_matrix(arena, problem.k, problem.n, problem.input, 2, 0);
+  const Tensor bias =
+      problem.bias ? random_matrix(arena, 1, problem.n, DType::kF32, 3, 0).view(Shape({problem.n}))
+                   : Tensor();
+  Tensor out = random_matrix(arena, problem.m, problem.n, problem.output, 4, 0);
+  const MatmulOptions options{.transpose_a = problem.transpose_a,
+                              .transpose_b = problem.transpose_b,
+                              .accumulate = problem.accumulate};
+  matmul(out, a, b, bias, options);  // warm-up: creates the primitive, faults the pages in
   double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < repeats; ++i) {
     Stopwatch watch;
-    matmul(out, a, b);
+    matmul(out, a, b, bias, options);
     best = std::min(best, watch.seconds());
   }
   if (!all_finite(out)) {
-    LATTICE_THROW(ValueError, "measure_gemm_flops: non-finite output for M {} K {} N {}", shape.m,
-                  shape.k, shape.n);
+    LATTICE_THROW(ValueError, "measure_gemm_seconds: non-finite output for M {} K {} N {}",
+                  problem.m, problem.k, problem.n);
   }
-  return shape.flops() / best;
+  return best;
+}
+
+double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats) {
+  const GemmProblem problem{
+      .m = shape.m, .k = shape.k, .n = shape.n, .input = dtype, .output = dtype};
+  return problem.flops() / measure_gemm_seconds(problem, threads, repeats);
 }
 
 }  // namespace lattice

@@ -63,4 +63,9 @@ struct GemmShape {
 // Inputs are uniform in [-1, 1); the result of the calls is checked for finiteness.
 double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats);
 
+// Best wall seconds of `repeats` timed calls (after a warm-up call) of lattice::matmul on one
+// problem exactly as a training step posed it (transposes, accumulation, bias, dtypes), alone,
+// on `threads` threads: the library's own rate for that shape, beside the step's.
+double measure_gemm_seconds(const GemmProblem& problem, int threads, int repeats);
+
 }  // namespace lattice

@@ -170,6 +170,7 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_NE(r.out.find("# profile roof: memcpy of 256 MiB"), std::string::npos) << r.out;
   std::map<std::string, std::pair<double, double>> kernels;  // name -> (calls/step, share %)
+  std::map<std::string, double> versus_alone;  // GEMM role -> its rate against the same alone, %
   double other_share = -1;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
@@ -187,10 +188,11 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
     std::string name = line.substr(4, first_digit - 4);
     name.erase(name.find_last_not_of(' ') + 1);
     std::istringstream fields(line.substr(first_digit));
-    double calls = 0, ms = 0;
-    std::string share;
-    fields >> calls >> ms >> share;
+    double calls = 0, ms = 0, rate = 0, alone = 0;
+    std::string share, unit, roof, versus;
+    fields >> calls >> ms >> share >> rate >> unit >> roof;
     if (share.ends_with("%")) kernels[name] = {calls, std::stod(share)};
+    if (fields >> alone >> versus) versus_alone[name] = std::stod(versus);
   }
   for (const char* name : {"gemm attn.c_attn fwd",
                            "gemm attn.c_attn dx",
@@ -221,6 +223,16 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
   for (const auto& [name, k] : kernels) shares += k.second;
   EXPECT_GE(other_share, 0.0) << r.out;
   EXPECT_NEAR(shares, 100.0, 1.0) << r.out;
+  // Every GEMM role is timed again alone, problem by problem; attention's own tiles are not.
+  for (const auto& [name, k] : kernels) {
+    if (name.starts_with("gemm ")) {
+      ASSERT_TRUE(versus_alone.contains(name)) << name << "\n" << r.out;
+      EXPECT_GT(versus_alone[name], 0.0) << name;
+    }
+  }
+  EXPECT_FALSE(versus_alone.contains("attention fwd")) << r.out;
+  EXPECT_NE(r.out.find("# the step's GEMMs ran at "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(lattice::matmul, oneDNN "), std::string::npos) << r.out;
 }
 
 TEST(BenchCli, TrainRefusesAnUnknownPrecision) {

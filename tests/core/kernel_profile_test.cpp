@@ -34,6 +34,33 @@ TEST(KernelProfile, TimersBookIntoTheInstalledProfileAndNestedOnesCountOnce) {
   EXPECT_FALSE(profile.totals().contains("gemm (other)"));
 }
 
+TEST(KernelProfile, GemmProblemsAreBookedUnderTheOutermostOpenTimer) {
+  const GemmProblem qkv{.m = 1024, .k = 768, .n = 2304, .transpose_b = true};
+  const GemmProblem dw{.m = 768, .k = 1024, .n = 2304, .transpose_a = true, .accumulate = true};
+  KernelProfile profile;
+  note_gemm_problem(qkv);  // not profiling: nothing to book into
+  {
+    const ScopedKernelProfile scope(profile);
+    note_gemm_problem(qkv);  // no timer open: no kernel to book it under
+    for (int i = 0; i < 2; ++i) {
+      const KernelTimer role("gemm attn.c_attn fwd", qkv.flops(), 0);
+      const KernelTimer inner("gemm (other)", qkv.flops(), 0);
+      note_gemm_problem(qkv);
+    }
+    const KernelTimer role("gemm attn.c_attn dw", dw.flops(), 0);
+    note_gemm_problem(dw);
+  }
+  ASSERT_TRUE(profile.totals().contains("gemm attn.c_attn fwd"));
+  const auto& fwd = profile.totals().find("gemm attn.c_attn fwd")->second.gemm_problems;
+  ASSERT_EQ(fwd.size(), 1u);
+  EXPECT_EQ(fwd.begin()->first, qkv);
+  EXPECT_EQ(fwd.begin()->second, 2);
+  const auto& weight = profile.totals().find("gemm attn.c_attn dw")->second.gemm_problems;
+  ASSERT_EQ(weight.size(), 1u);
+  EXPECT_TRUE(weight.begin()->first.accumulate);
+  EXPECT_FALSE(profile.totals().contains("gemm (other)"));
+}
+
 TEST(KernelProfile, EachThreadBooksIntoItsOwnProfile) {
   KernelProfile mine, theirs;
   const ScopedKernelProfile scope(mine);

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/kernel_profile.h"
 #include "core/thread_budget.h"
 
 namespace lattice {
@@ -333,6 +334,30 @@ TEST(Matmul, ConcurrentRankThreadsKeepTheirOwnCaches) {
     EXPECT_EQ(stats[r].hits, kCalls - 1) << "rank " << r;
     EXPECT_LE(max_error[r], 2 * 33 * kF32Unit) << "rank " << r;
   }
+}
+
+TEST(Matmul, BooksEachProblemUnderTheCallersProfiledRole) {
+  Matrix a(4, 6, DType::kF32, 1), b(5, 6, DType::kF32, 2), out(4, 5, DType::kF32, 3);
+  KernelProfile profile;
+  {
+    const ScopedKernelProfile scope(profile);
+    const KernelTimer role("gemm mlp.c_fc fwd", 2.0 * 4 * 5 * 6, 0);
+    matmul(out.tensor, a.tensor, b.tensor, Tensor(), {.transpose_b = true});
+    matmul(out.tensor, a.tensor, b.tensor, Tensor(), {.transpose_b = true, .accumulate = true});
+  }
+  {
+    const ScopedKernelProfile scope(profile);
+    matmul(out.tensor, a.tensor, b.tensor, Tensor(), {.transpose_b = true});  // no role
+  }
+  const auto& booked = profile.totals().find("gemm mlp.c_fc fwd")->second.gemm_problems;
+  ASSERT_EQ(booked.size(), 2u);  // the accumulating call is another problem
+  const GemmProblem plain{.m = 4, .k = 6, .n = 5, .transpose_b = true};
+  ASSERT_TRUE(booked.contains(plain));
+  EXPECT_EQ(booked.at(plain), 1);
+  const auto& other = profile.totals().find("gemm (other)")->second;
+  EXPECT_EQ(other.calls, 1);
+  EXPECT_EQ(other.gemm_problems.at(plain), 1);
+  EXPECT_NE(matmul_library_name().find("oneDNN "), std::string::npos);
 }
 
 TEST(Matmul, ReportsTheOneDnnImplementation) {
