@@ -8,8 +8,9 @@ same step in PyTorch (this process: a GPT-2 of the preset's shape, SDPA causal a
 fused where PyTorch has it, gradient clipping at 1, random tokens), `--rounds` times, and prints
 the median tokens/s of each and their ratio. Lattice's bf16 is compared with PyTorch's faster of
 fp32 and bf16 autocast, as docs/performance.md reports it. Needs PyTorch (`pip install torch`);
-no test runs it. Runs only on the GPT presets (learned positions, tied embeddings), whose
-parameter count it checks against Lattice's.
+no test runs it. Runs on the GPT presets (learned positions, LayerNorm, GELU) and the Llama one
+(RMSNorm, rotary positions, SwiGLU, grouped-query attention), tied embeddings in all, and checks
+each model's parameter count against Lattice's.
 """
 
 import argparse
@@ -24,7 +25,10 @@ PRESETS = {
     # name: (layers, heads, width, context, padded vocab, vocab)
     "gpt2-124m": (12, 12, 768, 1024, 50304, 50257),
     "shakespeare-char": (4, 4, 128, 64, 256, 256),
+    "smollm-135m": (30, 9, 576, 2048, 49152, 49152),
 }
+# The Llama presets: (kv heads, MLP hidden features, rope theta).
+LLAMA = {"smollm-135m": (3, 1536, 10000.0)}
 
 
 def parse_args():
@@ -55,7 +59,65 @@ def lattice_step(args, threads, precision):
     return float(row.group(1)), int(params.group(1))
 
 
+def torch_llama(torch, preset):
+    nn = torch.nn
+    F = torch.nn.functional
+    layers, heads, width, context, vocab, _ = PRESETS[preset]
+    kv_heads, hidden, theta = LLAMA[preset]
+    hs = width // heads
+    inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2).float() / hs)
+    angles = torch.outer(torch.arange(context).float(), inv_freq)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
+
+    def rotate(x):  # x: (B, heads, T, hs), the rotate-half convention of Hugging Face's Llama
+        t = x.shape[2]
+        x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+        return x * cos[:t].to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin[:t].to(x.dtype)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn_norm = nn.RMSNorm(width, eps=1e-5)
+            self.q = nn.Linear(width, heads * hs, bias=False)
+            self.k = nn.Linear(width, kv_heads * hs, bias=False)
+            self.v = nn.Linear(width, kv_heads * hs, bias=False)
+            self.o = nn.Linear(heads * hs, width, bias=False)
+            self.mlp_norm = nn.RMSNorm(width, eps=1e-5)
+            self.gate = nn.Linear(width, hidden, bias=False)
+            self.up = nn.Linear(width, hidden, bias=False)
+            self.down = nn.Linear(hidden, width, bias=False)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            h = self.attn_norm(x)
+            q = rotate(self.q(h).view(b, t, heads, hs).transpose(1, 2))
+            k = rotate(self.k(h).view(b, t, kv_heads, hs).transpose(1, 2))
+            v = self.v(h).view(b, t, kv_heads, hs).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + self.o(y.transpose(1, 2).reshape(b, t, heads * hs))
+            h = self.mlp_norm(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.RMSNorm(width, eps=1e-5)
+
+        def forward(self, idx, targets):
+            x = self.embed(idx)
+            for block in self.blocks:
+                x = block(x)
+            logits = self.norm(x) @ self.embed.weight.t()  # tied, as the preset's
+            return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
+
+    return Llama(), vocab
+
+
 def torch_model(torch, preset):
+    if preset in LLAMA:
+        return torch_llama(torch, preset)
     nn = torch.nn
     F = torch.nn.functional
     layers, heads, width, context, vocab, _ = PRESETS[preset]

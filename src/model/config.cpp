@@ -106,6 +106,13 @@ ModelConfig model_preset(std::string_view name) {
   }
   if (name == "shakespeare-char") return gpt2("shakespeare-char", 4, 4, 128, 256, 64);
   if (name == "llama-tiny") return llama("llama-tiny", 2, 4, 2, 64, 176, 256, 64);
+  if (name == "smollm-135m") {
+    // Hugging Face's SmolLM-135M (HuggingFaceTB/SmolLM-135M config.json): the Llama block at
+    // GPT-2 small's size, grouped-query attention 9:3 and tied embeddings.
+    ModelConfig c = llama("smollm-135m", 30, 9, 3, 576, 1536, 49152, 2048);
+    c.tied_embeddings = true;
+    return c;
+  }
   if (name == "mixtral-tiny") {
     // Mixtral's shape scaled down: 4 experts of 96 hidden features, top-2, per layer.
     ModelConfig c = llama("mixtral-tiny", 2, 4, 2, 64, 96, 256, 64);
@@ -121,7 +128,8 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"gpt2-124m", "gpt2-tiny", "llama-tiny", "mixtral-tiny", "shakespeare-char"};
+  return {"gpt2-124m",   "gpt2-tiny",    "llama-tiny",
+          "smollm-135m", "mixtral-tiny", "shakespeare-char"};
 }
 
 }  // namespace lattice

@@ -61,6 +61,14 @@ ModelSpec mixtral_model(std::string name, int64_t layers, int64_t heads, int64_t
 
 namespace {
 
+// Hugging Face's SmolLM-135M (HuggingFaceTB/SmolLM-135M config.json): a Llama of GPT-2 small's
+// size with tied embeddings, the Llama preset `lattice bench train` compares with gpt2-124m.
+ModelSpec smollm_135m() {
+  ModelSpec m = llama_model("smollm-135m", 30, 9, 3, 576, 1536, 49152, 2048);
+  m.tied_embeddings = true;
+  return m;
+}
+
 std::vector<ModelSpec> all_presets() {
   constexpr int64_t kGptVocab = 50257, kGptPadded = 50304, kLlama3Vocab = 128256;
   return {
@@ -72,6 +80,7 @@ std::vector<ModelSpec> all_presets() {
       llama_model("llama-3-8b", 32, 32, 8, 4096, 14336, kLlama3Vocab, 8192),
       llama_model("llama-3-70b", 80, 64, 8, 8192, 28672, kLlama3Vocab, 8192),
       llama_model("llama-3-405b", 126, 128, 8, 16384, 53248, kLlama3Vocab, 8192),
+      smollm_135m(),
       mixtral_model("mixtral-8x7b", 32, 32, 8, 4096, 14336, 32000, 32768, 8, 2),
       mixtral_model("mixtral-8x22b", 56, 48, 8, 6144, 16384, 32768, 65536, 8, 2),
       // The repository's own presets (byte-level vocabularies of 256).

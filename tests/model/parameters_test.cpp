@@ -28,6 +28,15 @@ TEST(ParameterRegistry, Gpt2SmallHasThePublishedCountAndHuggingFaceNames) {
   EXPECT_EQ(r.find("lm_head.weight"), -1);  // tied to wte
 }
 
+TEST(ParameterRegistry, SmolLm135mHasHuggingFacesCountWithTiedEmbeddings) {
+  ParameterRegistry r(model_preset("smollm-135m"));
+  EXPECT_EQ(parameter_count(r), 134515008);  // HuggingFaceTB/SmolLM-135M's safetensors
+  EXPECT_EQ(r.find("lm_head.weight"), -1);
+  const int k = r.find("model.layers.29.self_attn.k_proj.weight");
+  ASSERT_GE(k, 0);
+  EXPECT_EQ(r.at(k).shape, (Shape{192, 576}));  // 3 kv heads × 64
+}
+
 TEST(ParameterRegistry, LlamaNamesAndGroupedQueryShapes) {
   ParameterRegistry r(model_preset("llama-tiny"));
   const int k = r.find("model.layers.1.self_attn.k_proj.weight");

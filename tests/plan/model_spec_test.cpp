@@ -27,6 +27,10 @@ TEST(ModelPresets, Llama3CountsMatchTheModelCards) {
   EXPECT_EQ(published_count("llama-3-405b"), 405'853'388'800);
 }
 
+TEST(ModelPresets, SmolLmCountMatchesTheReleasedCheckpoint) {
+  EXPECT_EQ(published_count("smollm-135m"), 134'515'008);  // tied embeddings counted once
+}
+
 TEST(ModelPresets, Gpt3MatchesTheClosedFormAndThePaper) {
   const ModelSpec m = model_preset("gpt3-175b");
   const double l = 96, h = 12288, V = 50257, s = 2048;
