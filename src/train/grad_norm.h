@@ -23,8 +23,8 @@ double global_grad_norm(ParameterStore& store, GradientSync& dp, Communicator* t
 
 // Σ g² of the rank's gradients (accumulated in double).
 double grad_sum_squares(const Tensor& grads);
-// Scales grads by max_norm / norm when norm > max_norm (max_norm <= 0: no clipping).
-// Returns the scale applied (1 when not clipped).
-float grad_norm_clip(Tensor& grads, double norm, float max_norm);
+// The factor clipping scales the gradients by: max_norm / norm when norm > max_norm, else 1
+// (max_norm <= 0: no clipping). The optimizer applies it as it reads them (AdamW::step).
+float clip_factor(double norm, float max_norm);
 
 }  // namespace lattice

@@ -17,7 +17,7 @@ AdamW::AdamW(ParameterStore& store, Arena& arena, AdamWHyper hyper, int64_t shar
   v_ = Tensor::zeros(arena, shape, DType::kF32, MemoryCategory::kOptimizerState);
 }
 
-void AdamW::step(float lr) {
+void AdamW::step(float lr, float grad_scale) {
   ++step_;
   // Under ZeRO-3 there is no standing compute copy (the gathers round it).
   const bool separate_copy = store_.compute_dtype() != DType::kF32 && store_.compute().defined();
@@ -32,6 +32,7 @@ void AdamW::step(float lr) {
     if (begin >= end) continue;
     AdamWHyper h = hyper_;
     h.lr = lr;
+    h.grad_scale = grad_scale;
     if (!spec.weight_decay) h.weight_decay = 0.0f;
     Tensor param = store_.master().slice_rows(begin - master.begin, end - master.begin);
     Tensor m = m_.slice_rows(begin - shard_begin_, end - shard_begin_);

@@ -20,9 +20,10 @@ class AdamW {
   AdamW(ParameterStore& store, Arena& arena, AdamWHyper hyper, int64_t shard_begin = 0,
         int64_t shard_end = -1);
 
-  // One update with learning rate `lr` from store.grads() over the owned range; refreshes the
+  // One update with learning rate `lr` from grad_scale · store.grads() over the owned range
+  // (grad_scale: the clip factor; the gradients themselves are left as they are); refreshes the
   // compute copy of that range.
-  void step(float lr);
+  void step(float lr, float grad_scale = 1.0f);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }

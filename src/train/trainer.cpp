@@ -378,9 +378,8 @@ StepMetrics Trainer::train_step() {
   Stopwatch update_watch;
   const double grad_norm =
       global_grad_norm(params, *sync_, parallel_.tp, parallel_.pp, parallel_.ep);
-  grad_norm_clip(params.grads(), grad_norm, config_.grad_clip);
   const float lr = schedule_.at(step_);
-  optimizer_->step(lr);
+  optimizer_->step(lr, clip_factor(grad_norm, config_.grad_clip));
   sync_->after_update();
   ++step_;
   if (parallel_.check_replicas) sync_->check_replicas();

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/elementwise.h"
 #include "op_registry.h"
 
 namespace lattice {
@@ -94,6 +95,59 @@ TEST(AdamW, BadArgumentsRaiseErrorsNamingKernelAndArgument) {
   AdamWHyper bad_eps;
   bad_eps.eps = 0.0f;
   EXPECT_THROW(adamw_update(p, g, m, v, bad_eps, 1), ValueError);
+  for (const float bad : {0.0f, -0.5f, std::nanf(""), INFINITY}) {
+    AdamWHyper bad_scale;
+    bad_scale.grad_scale = bad;
+    try {
+      adamw_update(p, g, m, v, bad_scale, 1);
+      FAIL() << "expected ValueError for grad_scale " << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("grad_scale"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The clip factor folded into the update gives the same bits as scaling the gradients in a pass
+// of their own first, and it is not a no-op: the moments see the scaled gradients.
+TEST(AdamW, GradScaleIsBitwiseTheUpdateFromPreScaledGradients) {
+  Arena arena("test");
+  const int64_t n = 53;
+  Buffer p0(static_cast<size_t>(n)), g0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    p0[size_t(i)] = double(float(0.07 * double(i % 13) - 0.4));
+    g0[size_t(i)] = double(float(std::cos(double(i) * 0.7) * 2.5));
+  }
+  const float factor = 0.3183099f;
+  AdamWHyper fused{.lr = 0.02f, .weight_decay = 0.1f};
+  fused.grad_scale = factor;
+  AdamWHyper plain = fused;
+  plain.grad_scale = 1.0f;
+  Tensor p_fused = optest::make_tensor(arena, {n}, DType::kF32, p0);
+  Tensor p_plain = optest::make_tensor(arena, {n}, DType::kF32, p0);
+  Tensor m_fused = Tensor::zeros(arena, {n}, DType::kF32),
+         v_fused = Tensor::zeros(arena, {n}, DType::kF32);
+  Tensor m_plain = Tensor::zeros(arena, {n}, DType::kF32),
+         v_plain = Tensor::zeros(arena, {n}, DType::kF32);
+  Tensor copy_fused = Tensor::zeros(arena, {n}, DType::kBF16);
+  Tensor copy_plain = Tensor::zeros(arena, {n}, DType::kBF16);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const Tensor g = optest::make_tensor(arena, {n}, DType::kF32, g0);
+    Tensor pre_scaled = optest::make_tensor(arena, {n}, DType::kF32, g0);
+    scale(pre_scaled, factor);
+    adamw_update(p_fused, g, m_fused, v_fused, fused, step, copy_fused);
+    adamw_update(p_plain, pre_scaled, m_plain, v_plain, plain, step, copy_plain);
+    EXPECT_EQ(optest::to_buffer(g), g0) << "the gradients are read, not scaled in place";
+    EXPECT_EQ(optest::to_buffer(m_fused), optest::to_buffer(m_plain)) << step;
+    EXPECT_EQ(optest::to_buffer(v_fused), optest::to_buffer(v_plain)) << step;
+    EXPECT_EQ(optest::to_buffer(p_fused), optest::to_buffer(p_plain)) << step;
+    EXPECT_EQ(optest::to_buffer(copy_fused), optest::to_buffer(copy_plain)) << step;
+  }
+  // m after one step is (1-β1)·g·factor: the scale reached the moments.
+  Tensor m_once = Tensor::zeros(arena, {n}, DType::kF32),
+         v_once = Tensor::zeros(arena, {n}, DType::kF32);
+  Tensor p_once = optest::make_tensor(arena, {n}, DType::kF32, p0);
+  adamw_update(p_once, optest::make_tensor(arena, {n}, DType::kF32, g0), m_once, v_once, fused, 1);
+  EXPECT_NEAR(optest::to_buffer(m_once)[1], (1.0 - 0.9) * g0[1] * double(factor), 1e-6);
 }
 
 }  // namespace

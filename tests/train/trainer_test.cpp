@@ -67,6 +67,33 @@ TEST(Trainer, MicroBatchingDoesNotChangeTheMath) {
   }
 }
 
+// Clipping reaches the update through the optimizer's fused grad_scale: a threshold the norm
+// never reaches is bitwise no clipping at all, and one far below the norm changes every step.
+TEST(Trainer, ClippingChangesTheUpdateOnlyWhenTheNormExceedsTheThreshold) {
+  auto dir = testing::make_corpus_dir("clipping");
+  TrainConfig off = small_config(dir);
+  off.grad_clip = 0.0f;
+  TrainConfig never = off;
+  never.grad_clip = 1e9f;
+  TrainConfig always = off;
+  always.grad_clip = 1e-3f;
+  std::vector<float> off_params, never_params, always_params;
+  const auto off_losses = losses_of(off, 4, &off_params);
+  const auto never_losses = losses_of(never, 4, &never_params);
+  const auto always_losses = losses_of(always, 4, &always_params);
+  ASSERT_EQ(off_params.size(), always_params.size());
+  EXPECT_EQ(off_losses, never_losses);
+  EXPECT_EQ(std::memcmp(off_params.data(), never_params.data(), off_params.size() * sizeof(float)),
+            0);
+  EXPECT_EQ(off_losses[0], always_losses[0]) << "the first loss precedes any update";
+  // AdamW normalises by the gradients' own scale, so a clip factor changes the update through
+  // its step-to-step variation and eps: small, but in every parameter tensor's bits.
+  for (size_t s = 1; s < off_losses.size(); ++s) EXPECT_NE(off_losses[s], always_losses[s]) << s;
+  size_t changed = 0;
+  for (size_t i = 0; i < off_params.size(); ++i) changed += off_params[i] != always_params[i];
+  EXPECT_GT(changed, off_params.size() / 2);
+}
+
 TEST(Trainer, LossFallsAndValidationWorks) {
   auto dir = testing::make_corpus_dir("learns");
   TrainConfig c = small_config(dir);
