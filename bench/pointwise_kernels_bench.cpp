@@ -213,6 +213,35 @@ void BM_cross_entropy_backward_in_place(benchmark::State& state) {
   report_traffic(state, 2.0 * double(kLossRows * kVocab) * size_of(dtype));
 }
 
+// The bf16 step's: f32 logits and the row statistics their forward kept, the gradient written
+// straight into the bf16 GEMM operand (range 1), or in place and then cast (range 0, the
+// pass it replaced).
+void BM_cross_entropy_backward_into_bf16(benchmark::State& state) {
+  const bool direct = state.range(0) == 1;
+  Arena arena("bench");
+  Tensor logits = filled(arena, {kLossRows, kVocab}, DType::kF32, -8, 8, 9);
+  const Tensor original = filled(arena, {kLossRows, kVocab}, DType::kF32, -8, 8, 9);
+  Tensor targets = Tensor::empty(arena, {kLossRows}, DType::kI32);
+  for (int64_t n = 0; n < kLossRows; ++n) targets.data<int32_t>()[n] = int32_t((n * 7919) % kVocab);
+  Tensor losses = Tensor::empty(arena, {kLossRows}, DType::kF32);
+  Tensor stats = Tensor::empty(arena, {2, kLossRows}, DType::kF32);
+  Tensor dlogits = Tensor::empty(arena, {kLossRows, kVocab}, DType::kBF16);
+  cross_entropy_forward(losses, logits, targets, kIgnoreIndex, stats);
+  const float scale = 1.0f / float(kLossRows);
+  for (auto _ : state) {
+    if (direct) {
+      cross_entropy_backward(dlogits, logits, targets, scale, kIgnoreIndex, stats);
+    } else {
+      state.PauseTiming();
+      logits.copy_from(original);
+      state.ResumeTiming();
+      cross_entropy_backward(logits, logits, targets, scale, kIgnoreIndex, stats);
+      dlogits.copy_from(logits);
+    }
+  }
+  report_traffic(state, double(kLossRows * kVocab) * (direct ? 6.0 : 14.0));
+}
+
 void BM_rope_forward(benchmark::State& state) {
   const int64_t batch = 8, seq = 256, heads = 12, head_size = 64;
   Arena arena("bench");
@@ -281,6 +310,7 @@ BENCHMARK(BM_swiglu_forward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cross_entropy_forward)->Arg(kF32)->Arg(kBF16)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cross_entropy_forward_naive_libm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cross_entropy_backward_in_place)->Arg(kF32)->Arg(kBF16)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cross_entropy_backward_into_bf16)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_rope_forward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_embedding_forward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_embedding_backward)->Unit(benchmark::kMicrosecond);

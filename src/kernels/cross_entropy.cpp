@@ -56,10 +56,26 @@ struct RowStats {
 };
 
 template <class T>
-RowStats row_stats(const T* x, int64_t vocab) {
+RowStats row_stats_of(const T* x, int64_t vocab) {
   const float m = max_lanes(vocab, [&](int64_t v) { return load(x[v]); });
   const float s = sum_lanes(vocab, [&](int64_t v) { return exp_fast(load(x[v]) - m); });
   return {m, s};
+}
+
+// row_stats (2, N) f32 for `rows` rows of logits, or undefined.
+void expect_row_stats(const Tensor& row_stats, int64_t rows, std::string_view op) {
+  if (!row_stats.defined()) return;
+  expect_dtype(row_stats, DType::kF32, op, "row_stats");
+  expect_shape(row_stats, {2, rows}, op, "row_stats");
+}
+
+void expect_gradient_output(const Tensor& dlogits, const Tensor& logits, std::string_view op) {
+  expect_float_dtype(dlogits, op, "dlogits");
+  expect_same_shape(dlogits, logits, op, "dlogits", "logits");
+  if (dlogits.raw_data() == logits.raw_data() && dlogits.dtype() != logits.dtype()) {
+    LATTICE_THROW(ValueError, "{}: 'dlogits' aliases 'logits' but has dtype {} instead of {}", op,
+                  dtype_name(dlogits.dtype()), dtype_name(logits.dtype()));
+  }
 }
 
 // dr = (exp(x - max) / sum - onehot(target)) · scale for one row. Values are staged through a
@@ -76,23 +92,28 @@ void write_row_gradient(D* dr, const X* xr, int64_t vocab, int64_t target, RowSt
     const int64_t local_target = target - v0;
     for (int64_t i = 0; i < count; ++i) {
       const float onehot = i == local_target ? scale : 0.0f;
-      dr[v0 + i] = store_as<D>(exp_fast(staged[i] - max) * k - onehot);
+      staged[i] = exp_fast(staged[i] - max) * k - onehot;
     }
+    // Rounded to D in a loop of its own, which vectorises for bf16 as well.
+    for (int64_t i = 0; i < count; ++i) dr[v0 + i] = store_as<D>(staged[i]);
   }
 }
 
 }  // namespace
 
 int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets,
-                              int32_t ignore_index) {
+                              int32_t ignore_index, Tensor row_stats) {
   const KernelTimer timer("cross-entropy fwd", 0, kernel::bytes_of({&losses, &logits}));
   constexpr std::string_view kOp = "cross_entropy_forward";
   const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
   expect_dtype(losses, DType::kF32, kOp, "losses");
   expect_shape(losses, targets.shape(), kOp, "losses");
   const int64_t rows = targets.numel();
+  expect_row_stats(row_stats, rows, kOp);
   const int32_t* t = targets.data<int32_t>();
   float* loss = losses.data<float>();
+  float* kept_max = row_stats.defined() ? row_stats.data<float>() : nullptr;
+  float* kept_sum = kept_max != nullptr ? kept_max + rows : nullptr;
   visit_floats(
       [&](auto* x) {
         LATTICE_PARALLEL_FOR(rows * vocab)
@@ -102,7 +123,11 @@ int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor
             continue;
           }
           const auto* xr = x + n * vocab;
-          const RowStats st = row_stats(xr, vocab);
+          const RowStats st = row_stats_of(xr, vocab);
+          if (kept_max != nullptr) {
+            kept_max[n] = st.max;
+            kept_sum[n] = st.sum;
+          }
           // -log softmax[target] = log Σ exp(x - max) + max - x[target]
           loss[n] = std::log(st.sum) + (st.max - load(xr[t[n]]));
         }
@@ -114,17 +139,15 @@ int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor
 }
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-                            float scale, int32_t ignore_index) {
+                            float scale, int32_t ignore_index, const Tensor& row_stats) {
   const KernelTimer timer("cross-entropy bwd", 0, kernel::bytes_of({&dlogits, &logits}));
   constexpr std::string_view kOp = "cross_entropy_backward";
   const int64_t vocab = expect_logits_and_targets(logits, targets, ignore_index, kOp);
-  expect_float_dtype(dlogits, kOp, "dlogits");
-  expect_same_shape(dlogits, logits, kOp, "dlogits", "logits");
-  if (dlogits.raw_data() == logits.raw_data() && dlogits.dtype() != logits.dtype()) {
-    LATTICE_THROW(ValueError, "{}: 'dlogits' aliases 'logits' but has dtype {} instead of {}", kOp,
-                  dtype_name(dlogits.dtype()), dtype_name(logits.dtype()));
-  }
+  expect_gradient_output(dlogits, logits, kOp);
   const int64_t rows = targets.numel();
+  expect_row_stats(row_stats, rows, kOp);
+  const float* kept_max = row_stats.defined() ? row_stats.data<float>() : nullptr;
+  const float* kept_sum = kept_max != nullptr ? kept_max + rows : nullptr;
   const int32_t* t = targets.data<int32_t>();
   visit_floats(
       [&](auto* d, auto* x) {
@@ -137,7 +160,8 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
             for (int64_t v = 0; v < vocab; ++v) dr[v] = store_as<D>(0.0f);
             continue;
           }
-          const RowStats st = row_stats(xr, vocab);
+          const RowStats st =
+              kept_max != nullptr ? RowStats{kept_max[n], kept_sum[n]} : row_stats_of(xr, vocab);
           write_row_gradient(dr, xr, vocab, t[n], st, scale);
         }
       },
@@ -213,27 +237,31 @@ void cross_entropy_slice_backward(Tensor& dlogits, const Tensor& logits, const T
                           kernel::bytes_of({&dlogits, &logits}));
   constexpr std::string_view kOp = "cross_entropy_slice_backward";
   expect_slice(logits, targets, valid, kOp);
-  expect_dtype(dlogits, DType::kF32, kOp, "dlogits");
-  expect_same_shape(dlogits, logits, kOp, "dlogits", "logits");
+  expect_gradient_output(dlogits, logits, kOp);
   const int64_t rows = logits.dim(0), width = logits.dim(1);
   expect_shape(row_max, {rows}, kOp, "row_max");
   expect_shape(row_sum, {rows}, kOp, "row_sum");
   const float* x = logits.data<float>();
-  float* d = dlogits.data<float>();
   const int32_t* t = targets.data<int32_t>();
   const float* m = row_max.data<float>();
   const float* s = row_sum.data<float>();
-  LATTICE_PARALLEL_FOR(rows * width)
-  for (int64_t n = 0; n < rows; ++n) {
-    float* dr = d + n * width;
-    const float* xr = x + n * width;
-    if (t[n] == ignore_index) {
-      for (int64_t v = 0; v < width; ++v) dr[v] = 0.0f;
-      continue;
-    }
-    write_row_gradient(dr, xr, valid, int64_t(t[n]) - vocab_start, RowStats{m[n], s[n]}, scale);
-    for (int64_t v = valid; v < width; ++v) dr[v] = 0.0f;
-  }
+  visit_floats(
+      [&](auto* d) {
+        using D = Elem<decltype(d)>;
+        LATTICE_PARALLEL_FOR(rows * width)
+        for (int64_t n = 0; n < rows; ++n) {
+          D* dr = d + n * width;
+          const float* xr = x + n * width;
+          if (t[n] == ignore_index) {
+            for (int64_t v = 0; v < width; ++v) dr[v] = store_as<D>(0.0f);
+            continue;
+          }
+          write_row_gradient(dr, xr, valid, int64_t(t[n]) - vocab_start, RowStats{m[n], s[n]},
+                             scale);
+          for (int64_t v = valid; v < width; ++v) dr[v] = store_as<D>(0.0f);
+        }
+      },
+      dlogits);
 }
 
 }  // namespace lattice

@@ -284,6 +284,8 @@ ActivationTable activation_table(const RankWorkload& w) {
     if (s.tp > 1) {  // VocabParallelCrossEntropy's row statistics
       add("loss row max", {s.N}, {s.N}, "replicated", f32);
       add("loss Σexp and target logit", {2, s.N}, {2, s.N}, "replicated", f32);
+    } else {  // cross_entropy_forward's row statistics, kept for the backward
+      add("loss row max and Σexp", {2, s.N}, {2, s.N}, "replicated", f32);
     }
   }
 

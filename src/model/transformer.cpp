@@ -168,9 +168,10 @@ struct Transformer::Activations {
   // (L + 1) entries (R, C) f32, defined for the held chunks' layers: input of layer l; entry L
   // is the final output. A chunk's input and output are its first and last entries.
   std::vector<Tensor> residual;
-  std::vector<PerLayer> layer;                          // (L)
-  Tensor lnf, lnf_mean, lnf_rstd, lnf_full;             // head chunk
-  Tensor logits, losses;                                // (N, W) f32; (N) f32
+  std::vector<PerLayer> layer;               // (L)
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full;  // head chunk
+  Tensor logits, losses;                     // (N, W) f32; (N) f32
+  Tensor loss_stats;  // (2, N) f32: each row's max and Σ exp, kept for the backward (tp = 1)
   std::optional<VocabParallelCrossEntropy> vocab_loss;  // tp > 1
   // Per local chunk: the received gradient of its output, the gradient of its input to send.
   std::vector<Tensor> output_grad, input_grad;  // (R, C) f32
@@ -448,7 +449,11 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
     a->lnf_full = gathered(a->lnf, {N, C});
     a->logits = alloc({N, W}, DType::kF32);
     a->losses = alloc({N}, DType::kF32);
-    if (tp_.size() > 1) a->vocab_loss.emplace(arena_, N);
+    if (tp_.size() > 1) {
+      a->vocab_loss.emplace(arena_, N);
+    } else {
+      a->loss_stats = alloc({2, N}, DType::kF32);
+    }
   }
   held = std::move(a);
   return *held;
@@ -715,7 +720,8 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
           a.vocab_loss->forward(tp_, a.losses, a.logits, targets.view({N}),
                                 {registry_.vocab_start(), registry_.vocab_valid()}, c.vocab_size);
     } else {
-      result.token_count = cross_entropy_forward(a.losses, a.logits, targets.view({N}));
+      result.token_count =
+          cross_entropy_forward(a.losses, a.logits, targets.view({N}), kIgnoreIndex, a.loss_stats);
     }
     const float* losses = a.losses.data<float>();
     for (int64_t i = 0; i < N; ++i) result.loss_sum += double(losses[i]);
@@ -1131,17 +1137,15 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
 
   if (part.head) {
     LATTICE_CHECK(a.have_targets, "backward() needs a forward() with targets first");
-    // Loss -> logits, written in place of the logits (they are not needed afterwards).
+    // Loss -> logits: in fp32 written in place of the logits (they are not needed afterwards);
+    // in a lower compute dtype straight into the GEMMs' operand, so no cast pass follows.
+    Tensor dlogits = compute_dtype_ != DType::kF32 ? w.dlogits : a.logits;
     if (a.vocab_loss) {
-      a.vocab_loss->backward(a.logits, a.logits, a.targets.view({N}),
+      a.vocab_loss->backward(dlogits, a.logits, a.targets.view({N}),
                              {registry_.vocab_start(), registry_.vocab_valid()}, loss_scale);
     } else {
-      cross_entropy_backward(a.logits, a.logits, a.targets.view({N}), loss_scale);
-    }
-    Tensor dlogits = a.logits;
-    if (compute_dtype_ != DType::kF32) {
-      w.dlogits.copy_from(a.logits);
-      dlogits = w.dlogits;
+      cross_entropy_backward(dlogits, a.logits, a.targets.view({N}), loss_scale, kIgnoreIndex,
+                             a.loss_stats);
     }
     // Output head: logits = lnf · Wᵀ, W (W, C).
     {

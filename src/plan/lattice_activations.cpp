@@ -72,7 +72,9 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   }
   if (part.has_head()) {
     bytes.slot_head = norm + N * W * f32 + N * f32;  // ln_f, logits, token losses
-    if (o.tp > 1) bytes.slot_head += 3.0 * N * f32;  // vocab-parallel CE: row max, two row sums
+    // Cross-entropy's row statistics for the backward: vocab-parallel row max and two row sums,
+    // or one rank's row max and sum.
+    bytes.slot_head += (o.tp > 1 ? 3.0 : 2.0) * N * f32;
   }
 
   double scratch = N * C * f32 + (sp ? R * C * f32 : 0.0);          // row-parallel output (+ shard)

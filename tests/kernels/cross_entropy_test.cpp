@@ -111,6 +111,65 @@ TEST(CrossEntropy, GradientMayOverwriteTheLogitsInPlace) {
   }
 }
 
+// The row statistics the forward keeps give the backward the same bits as recomputing them, and
+// a bf16 gradient written directly is the f32 one rounded (what the cast it replaces gave).
+TEST(CrossEntropy, KeptRowStatisticsAndABf16GradientChangeNoBit) {
+  const OpCase& c = optest::find_op_case("crossentropy_rank3");
+  const Buffers inputs = optest::make_inputs(c, true);
+  Arena arena("test");
+  const Tensor logits = optest::make_tensor(arena, c.inputs[0].shape, DType::kF32, inputs[0]);
+  const Tensor targets = optest::make_tensor(arena, c.inputs[1].shape, DType::kI32, inputs[1]);
+  const int64_t rows = targets.numel();
+  Tensor losses = Tensor::zeros(arena, targets.shape(), DType::kF32);
+  Tensor stats = Tensor::zeros(arena, {2, rows}, DType::kF32);
+  cross_entropy_forward(losses, logits, targets, -1, stats);
+  const Buffer kept = optest::to_buffer(stats);
+  EXPECT_GT(kept[0], 0.0) << "the row max was written";
+  EXPECT_GE(kept[size_t(rows)], 1.0) << "Σ exp(x - max) >= 1 was written";
+  Tensor recomputed = Tensor::zeros(arena, c.inputs[0].shape, DType::kF32);
+  Tensor from_stats = Tensor::zeros(arena, c.inputs[0].shape, DType::kF32);
+  Tensor direct_bf16 = Tensor::zeros(arena, c.inputs[0].shape, DType::kBF16);
+  cross_entropy_backward(recomputed, logits, targets, 0.5f, -1);
+  cross_entropy_backward(from_stats, logits, targets, 0.5f, -1, stats);
+  cross_entropy_backward(direct_bf16, logits, targets, 0.5f, -1, stats);
+  EXPECT_EQ(optest::to_buffer(from_stats), optest::to_buffer(recomputed));
+  EXPECT_EQ(optest::to_buffer(direct_bf16), optest::round_to_bf16(optest::to_buffer(recomputed)));
+  // Statistics of other logits are used as given, so they must be these logits' own.
+  Tensor wrong = optest::make_tensor(arena, {2, rows}, DType::kF32, Buffer(size_t(2 * rows), 1.0));
+  Tensor skewed = Tensor::zeros(arena, c.inputs[0].shape, DType::kF32);
+  cross_entropy_backward(skewed, logits, targets, 0.5f, -1, wrong);
+  EXPECT_NE(optest::to_buffer(skewed), optest::to_buffer(recomputed));
+  Tensor short_stats = Tensor::zeros(arena, {2, rows - 1}, DType::kF32);
+  EXPECT_THROW(cross_entropy_forward(losses, logits, targets, -1, short_stats), ShapeError);
+  EXPECT_THROW(cross_entropy_backward(recomputed, logits, targets, 0.5f, -1, short_stats),
+               ShapeError);
+  Tensor bf16_stats = Tensor::zeros(arena, {2, rows}, DType::kBF16);
+  EXPECT_THROW(cross_entropy_forward(losses, logits, targets, -1, bf16_stats), DTypeError);
+}
+
+TEST(CrossEntropy, SliceBackwardWritesABf16GradientAsTheRoundedF32One) {
+  Arena arena("test");
+  const int64_t rows = 3, width = 40, valid = 37;
+  Buffer x(size_t(rows * width));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = double(float(std::sin(double(i) * 1.3) * 4.0));
+  const Tensor logits = optest::make_tensor(arena, {rows, width}, DType::kF32, x);
+  const Tensor targets = optest::make_tensor(arena, {rows}, DType::kI32, {105, kIgnoreIndex, 130});
+  Tensor row_max = Tensor::zeros(arena, {rows}, DType::kF32);
+  Tensor sums = Tensor::zeros(arena, {2, rows}, DType::kF32);
+  cross_entropy_slice_max(row_max, logits, valid);
+  cross_entropy_slice_sums(sums, logits, targets, row_max, 100, valid);
+  const Tensor row_sum = sums.slice_rows(0, 1).view({rows});
+  Tensor f32 = Tensor::zeros(arena, {rows, width}, DType::kF32);
+  Tensor bf16 = Tensor::zeros(arena, {rows, width}, DType::kBF16);
+  cross_entropy_slice_backward(f32, logits, targets, row_max, row_sum, 100, valid, 0.25f);
+  cross_entropy_slice_backward(bf16, logits, targets, row_max, row_sum, 100, valid, 0.25f);
+  const Buffer g = optest::to_buffer(f32);
+  EXPECT_EQ(optest::to_buffer(bf16), optest::round_to_bf16(g));
+  EXPECT_EQ(g[size_t(width + 3)], 0.0) << "an ignored row";
+  EXPECT_EQ(g[size_t(valid)], 0.0) << "a padding column";
+  EXPECT_LT(g[5], 0.0) << "the target's logit (class 105) is pushed up";
+}
+
 TEST(CrossEntropy, BadArgumentsRaiseErrorsNamingKernelAndArgument) {
   Arena arena("test");
   Tensor logits = Tensor::zeros(arena, {3, 10}, DType::kF32);
