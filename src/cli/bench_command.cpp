@@ -28,6 +28,7 @@
 #include "cli/validators.h"
 #include "comm/cost_model.h"
 #include "comm/thread_world.h"
+#include "core/cpu_peak.h"
 #include "core/error.h"
 #include "core/kernel_profile.h"
 #include "core/thread_budget.h"
@@ -160,6 +161,14 @@ void run_bench_train(BenchTrainArgs args) {
     ceiling.push_back(measure_gemm_flops(ceiling_shape, DType::kBF16, t, args.gemm_repeats));
     fmt::print("#   {} thread(s): {:.1f} GFLOP/s\n", t, ceiling.back() / 1e9);
   }
+  // What the cores could do, beside what the GEMMs reach: the vector bf16 peak, and whether
+  // AMX tiles (the target unit) are there at all.
+  const double bf16_peak = measured_bf16_peak_flops_per_thread();
+  fmt::print("# bf16 arithmetic peak, measured: {}; AMX-BF16: {}\n",
+             bf16_peak > 0 ? fmt::format("{:.1f} GFLOP/s per core (VDPBF16PS)", bf16_peak / 1e9)
+                           : std::string("no AVX512-BF16 on this CPU"),
+             has_amx_bf16() ? "present, its tile peak not measured (no AMX loop in Lattice yet)"
+                            : "absent on this CPU");
   // --profile: each precision's own GEMM ceiling, and memcpy's traffic as the memory roof.
   std::map<std::string, std::vector<double>> profile_ceiling;
   double memory_roof = 0;

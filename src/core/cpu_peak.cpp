@@ -62,6 +62,10 @@ bool has_avx512_bf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
+bool has_amx_bf16() {
+  return __builtin_cpu_supports("amx-bf16");
+}
+
 __attribute__((target("avx512f"))) float fp32_fma_loop(float start, int64_t repeats) {
   __m512 acc[kPeakChains];
   for (int c = 0; c < kPeakChains; ++c) acc[c] = _mm512_set1_ps(start + 0.001f * float(c));

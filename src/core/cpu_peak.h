@@ -15,6 +15,7 @@ inline constexpr int kPeakChains = 16;
 
 bool has_avx512_fma();   // the CPU runs fp32_fma_loop
 bool has_avx512_bf16();  // the CPU runs bf16_dot_loop
+bool has_amx_bf16();     // the CPU has AMX tiles with bf16 (cpuid; no loop here measures them)
 
 // FLOPs of `repeats` rounds of kPeakChains fp32 FMAs on 16 lanes (an FMA is 2 FLOPs).
 inline double fp32_fma_flops(int64_t repeats) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/tiny_run.h"
+#include "core/cpu_peak.h"
 
 namespace lattice::testing {
 namespace {
@@ -150,6 +151,13 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("(N = 120576 parameters"), std::string::npos) << r.out;
+  // The cores' own bf16 peak and whether AMX is there, as this CPU reports them.
+  const std::string peak = has_avx512_bf16() ? " GFLOP/s per core (VDPBF16PS); AMX-BF16: "
+                                             : "no AVX512-BF16 on this CPU; AMX-BF16: ";
+  EXPECT_NE(r.out.find("# bf16 arithmetic peak, measured: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(peak + (has_amx_bf16() ? "present" : "absent on this CPU")),
+            std::string::npos)
+      << r.out;
   const std::vector<std::vector<std::string>> table = rows(r.out);
   ASSERT_EQ(table.size(), 1u) << r.out;
   ASSERT_EQ(table[0].size(), 9u) << r.out;
