@@ -32,17 +32,9 @@ constexpr std::string_view kOp = "matmul";
 // memory if a caller sweeps shapes (e.g. variable sequence lengths).
 constexpr size_t kMaxCachedPrimitives = 1024;
 
-// Everything that changes which primitive oneDNN builds: the cache key.
-struct Problem {
-  int64_t m = 0;
-  int64_t n = 0;
-  int64_t k = 0;
-  bool transpose_a = false;
-  bool transpose_b = false;
-  DType input = DType::kF32;
-  DType output = DType::kF32;
-  bool bias = false;
-  bool accumulate = false;
+// Everything that changes which primitive oneDNN builds: the cache key. The GEMM as posed
+// (also what a profile books) and the threads it runs on.
+struct Problem : GemmProblem {
   int threads = 1;
 
   bool operator==(const Problem&) const = default;
@@ -280,15 +272,7 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
   const KernelTimer timer("gemm (other)",
                           2.0 * double(problem.m) * double(problem.n) * double(problem.k),
                           double(a.nbytes() + b.nbytes() + out.nbytes()));
-  note_gemm_problem({.m = problem.m,
-                     .k = problem.k,
-                     .n = problem.n,
-                     .transpose_a = problem.transpose_a,
-                     .transpose_b = problem.transpose_b,
-                     .accumulate = problem.accumulate,
-                     .bias = problem.bias,
-                     .input = problem.input,
-                     .output = problem.output});
+  note_gemm_problem(problem);
   if (problem.m == 0 || problem.n == 0) return;
   if (problem.k == 0) {
     write_empty_product(out, bias, options.accumulate);
