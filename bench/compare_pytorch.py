@@ -42,6 +42,10 @@ def parse_args():
     p.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
     p.add_argument("--precision", default="fp32,bf16")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; medians are kept")
+    p.add_argument("--gemms", action="store_true",
+                   help="instead: each GEMM role of Lattice's step against the same problems in "
+                        "PyTorch's CPU GEMM (and Lattice's own alone), per precision and threads")
+    p.add_argument("--gemm-repeats", type=int, default=5, help="timed calls per problem, best kept")
     return p.parse_args()
 
 
@@ -194,12 +198,98 @@ def torch_step(args, threads, precision):
     return args.batch * args.seq / statistics.median(times), params
 
 
+def lattice_gemm_profile(args, threads, precision):
+    """Each GEMM role's step time (s) and its problems, from `lattice bench train --profile`."""
+    cmd = [args.lattice, "bench", "train", "--preset", args.preset, "--batch", str(args.batch),
+           "--seq", str(args.seq), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--threads", str(threads), "--precision", precision, "--profile",
+           "--gemm-repeats", str(args.gemm_repeats)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    step_seconds = {}
+    for m in re.finditer(r"^#   (gemm \S.*?)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+%", out, re.M):
+        step_seconds[m.group(1).strip()] = float(m.group(3)) / 1e3
+    problems = []
+    for m in re.finditer(r"^# gemm-problem role=\"([^\"]+)\" (.*)$", out, re.M):
+        fields = dict(kv.split("=") for kv in m.group(2).split())
+        problems.append((m.group(1), fields))
+    if not problems or not step_seconds:
+        sys.exit(f"could not read lattice bench train --profile's GEMM problems:\n{out}")
+    return step_seconds, problems
+
+
+def torch_gemm_seconds(torch, f, threads, repeats):
+    """Best wall seconds of PyTorch's CPU GEMM on one problem posed as Lattice posed it."""
+    torch.set_num_threads(threads)
+    m, k, n = int(f["m"]), int(f["k"]), int(f["n"])
+    dtype = torch.bfloat16 if f["input"] == "bf16" else torch.float32
+    a = torch.rand(k, m, dtype=dtype).t() if f["transpose_a"] == "1" else torch.rand(m, k, dtype=dtype)
+    b = torch.rand(n, k, dtype=dtype).t() if f["transpose_b"] == "1" else torch.rand(k, n, dtype=dtype)
+    # PyTorch's CPU mm returns its input dtype: a bf16 -> f32 problem is timed with a bf16 result
+    # (half the bytes written), which if anything favours PyTorch.
+    out = torch.rand(m, n, dtype=dtype)
+    bias = torch.rand(n, dtype=dtype)
+
+    def call():
+        if f["accumulate"] == "1":
+            out.addmm_(a, b)
+        elif f["bias"] == "1":
+            torch.addmm(bias, a, b, out=out)
+        else:
+            torch.mm(a, b, out=out)
+
+    call()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def compare_gemms(args, torch):
+    threads = [int(t) for t in args.threads.split(",")]
+    print(f"# compare_pytorch --gemms: {args.preset} B={args.batch} T={args.seq}, best of "
+          f"{args.gemm_repeats} calls per problem, PyTorch {torch.__version__} "
+          f"({torch.backends.mkldnn.is_available() and 'oneDNN' or 'no oneDNN'}, "
+          f"MKL {torch.backends.mkl.is_available()}), load {os.getloadavg()[0]:.2f}")
+    for t in threads:
+        for p in args.precision.split(","):
+            step, problems = lattice_gemm_profile(args, t, p)
+            roles = {}
+            for role, f in problems:
+                flops = 2.0 * int(f["m"]) * int(f["k"]) * int(f["n"])
+                calls = float(f["calls_per_step"])
+                r = roles.setdefault(role, {"flops": 0.0, "lattice": 0.0, "torch": 0.0})
+                r["flops"] += calls * flops
+                r["lattice"] += calls * flops / (float(f["alone_gflops"]) * 1e9)
+                r["torch"] += calls * torch_gemm_seconds(torch, f, t, args.gemm_repeats)
+            print(f"# {p}, {t} thread(s): GFLOP/s of each role in Lattice's step, alone in "
+                  "Lattice (oneDNN) and alone in PyTorch; 'of best' = the step's rate over the "
+                  "faster library's")
+            print(f"#   {'role':<24} {'step':>8} {'lattice':>8} {'pytorch':>8} {'of best':>8}")
+            total_step = total_best = 0.0
+            for role in sorted(roles, key=lambda x: -step.get(x, 0)):
+                r = roles[role]
+                if role not in step:
+                    continue
+                best = min(r["lattice"], r["torch"])
+                total_step += step[role]
+                total_best += best
+                print(f"    {role:<24} {r['flops'] / step[role] / 1e9:>8.1f} "
+                      f"{r['flops'] / r['lattice'] / 1e9:>8.1f} {r['flops'] / r['torch'] / 1e9:>8.1f} "
+                      f"{100 * best / step[role]:>7.0f}%")
+            print(f"#   all GEMM roles: the step's GEMMs at {100 * total_best / total_step:.0f}% of "
+                  "the faster library's rate on the same problems")
+
+
 def main():
     args = parse_args()
     try:
         import torch
     except ImportError:
         sys.exit("PyTorch is not installed (pip install torch): nothing to compare against")
+    if args.gemms:
+        return compare_gemms(args, torch)
     threads = [int(t) for t in args.threads.split(",")]
     precisions = args.precision.split(",")
     print(f"# compare_pytorch: {args.preset} B={args.batch} T={args.seq}, {args.warmup} warm-up + "

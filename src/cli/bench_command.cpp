@@ -59,26 +59,46 @@ double memcpy_traffic_bytes_per_s(size_t bytes) {
   return 2.0 * double(bytes) / memcpy_seconds(bytes);
 }
 
-// Each profiled kernel's GEMMs timed alone, in the same library on the same threads (each
-// distinct problem once, best of `repeats`): the seconds those calls take there. Kernels without
-// GEMMs through lattice::matmul (attention's own tiles, the memory-bound ones) are absent.
-std::map<std::string, double> gemm_seconds_alone(const KernelProfile& profile, int threads,
+// Each distinct GEMM problem of the profiled kernels timed alone, in the same library on the
+// same threads (best of `repeats`). Kernels without GEMMs through lattice::matmul (attention's
+// own tiles, the memory-bound ones) have none.
+std::map<GemmProblem, double> gemm_seconds_alone(const KernelProfile& profile, int threads,
                                                  int repeats) {
   std::map<GemmProblem, double> best;
-  std::map<std::string, double> alone;
   for (const auto& [name, t] : profile.totals()) {
-    double seconds = 0;
     for (const auto& [problem, calls] : t.gemm_problems) {
-      if (problem.m == 0 || problem.k == 0 || problem.n == 0) continue;
-      auto it = best.find(problem);
-      if (it == best.end()) {
-        it = best.emplace(problem, measure_gemm_seconds(problem, threads, repeats)).first;
-      }
-      seconds += double(calls) * it->second;
+      if (problem.m == 0 || problem.k == 0 || problem.n == 0 || best.contains(problem)) continue;
+      best.emplace(problem, measure_gemm_seconds(problem, threads, repeats));
     }
-    if (seconds > 0) alone[name] = seconds;
   }
-  return alone;
+  return best;
+}
+
+// The seconds a kernel's GEMMs take alone (0: none).
+double kernel_seconds_alone(const KernelTotals& t, const std::map<GemmProblem, double>& alone) {
+  double seconds = 0;
+  for (const auto& [problem, calls] : t.gemm_problems) {
+    if (auto it = alone.find(problem); it != alone.end()) seconds += double(calls) * it->second;
+  }
+  return seconds;
+}
+
+// One line per (kernel, problem), key=value, for a script to pose the same problems to another
+// library (bench/compare_pytorch.py --gemms).
+void print_gemm_problems(const KernelProfile& profile, int steps,
+                         const std::map<GemmProblem, double>& alone) {
+  for (const auto& [name, t] : profile.totals()) {
+    for (const auto& [problem, calls] : t.gemm_problems) {
+      auto it = alone.find(problem);
+      if (it == alone.end()) continue;
+      fmt::print(
+          "# gemm-problem role=\"{}\" m={} k={} n={} transpose_a={:d} transpose_b={:d} "
+          "accumulate={:d} bias={:d} input={} output={} calls_per_step={:g} alone_gflops={:.1f}\n",
+          name, problem.m, problem.k, problem.n, problem.transpose_a, problem.transpose_b,
+          problem.accumulate, problem.bias, dtype_name(problem.input), dtype_name(problem.output),
+          double(calls) / steps, problem.flops() / it->second / 1e9);
+    }
+  }
 }
 
 // The timed steps' kernels, slowest first: time per step and share of the step, the rate each
@@ -87,7 +107,7 @@ std::map<std::string, double> gemm_seconds_alone(const KernelProfile& profile, i
 // problems run alone, and the step's time no kernel holds.
 void print_kernel_profile(const KernelProfile& profile, int steps, double step_ms,
                           double gemm_ceiling, double memory_roof,
-                          const std::map<std::string, double>& seconds_alone) {
+                          const std::map<GemmProblem, double>& alone) {
   std::vector<std::pair<std::string, KernelTotals>> rows(profile.totals().begin(),
                                                          profile.totals().end());
   std::sort(rows.begin(), rows.end(),
@@ -104,12 +124,13 @@ void print_kernel_profile(const KernelProfile& profile, int steps, double step_m
     const double rate = t.seconds > 0 ? (compute ? t.flops : t.bytes) / t.seconds / 1e9 : 0;
     const double roof = compute ? gemm_ceiling : memory_roof;
     std::string alone_columns;
-    if (auto it = seconds_alone.find(name); it != seconds_alone.end() && t.seconds > 0) {
-      const double fraction = it->second / t.seconds;
+    if (const double seconds_alone = kernel_seconds_alone(t, alone);
+        seconds_alone > 0 && t.seconds > 0) {
+      const double fraction = seconds_alone / t.seconds;
       alone_columns =
-          fmt::format(" {:>10.1f} {:>7.0f}%", t.flops / it->second / 1e9, 100 * fraction);
+          fmt::format(" {:>10.1f} {:>7.0f}%", t.flops / seconds_alone / 1e9, 100 * fraction);
       gemm_seconds += t.seconds;
-      gemm_alone += it->second;
+      gemm_alone += seconds_alone;
       if (fraction < slowest_fraction) {
         slowest_fraction = fraction;
         slowest = name;
@@ -128,6 +149,7 @@ void print_kernel_profile(const KernelProfile& profile, int steps, double step_m
         "# the step's GEMMs ran at {:.0f}% of the same problems' rate alone (lattice::matmul, "
         "{}, same threads, best of the repeats); the slowest against its own: {} at {:.0f}%\n",
         100 * gemm_alone / gemm_seconds, matmul_library_name(), slowest, 100 * slowest_fraction);
+    print_gemm_problems(profile, steps, alone);
   }
 }
 

@@ -241,6 +241,18 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
   EXPECT_FALSE(versus_alone.contains("attention fwd")) << r.out;
   EXPECT_NE(r.out.find("# the step's GEMMs ran at "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(lattice::matmul, oneDNN "), std::string::npos) << r.out;
+  // And each role's problems, one key=value line each, for another library to be posed them.
+  for (const auto& [name, k] : kernels) {
+    if (!name.starts_with("gemm ")) continue;
+    const std::string line = "# gemm-problem role=\"" + name + "\" m=";
+    const size_t at = r.out.find(line);
+    ASSERT_NE(at, std::string::npos) << name << "\n" << r.out;
+    const std::string rest = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(rest.find(" calls_per_step="), std::string::npos) << rest;
+    const size_t rate = rest.find(" alone_gflops=");
+    ASSERT_NE(rate, std::string::npos) << rest;
+    EXPECT_GT(std::stod(rest.substr(rate + 14)), 0.0) << rest;
+  }
 }
 
 TEST(BenchCli, TrainRefusesAnUnknownPrecision) {
