@@ -99,6 +99,27 @@ void write_row_gradient(D* dr, const X* xr, int64_t vocab, int64_t target, RowSt
   }
 }
 
+// The rows of a backward's gradient: (exp(x - max) / sum - onehot) · scale on each row's first
+// `valid` of `width` columns and 0 after them (a slice's padding), 0 on rows whose target is
+// ignored. `stats(n, xr)` gives row n's max and sum; targets are global, the slice starts at
+// class vocab_start.
+template <class D, class X, class Stats>
+void write_gradient_rows(D* d, const X* x, const int32_t* t, int64_t rows, int64_t width,
+                         int64_t valid, int64_t vocab_start, int32_t ignore_index, float scale,
+                         Stats stats) {
+  LATTICE_PARALLEL_FOR(rows * width)
+  for (int64_t n = 0; n < rows; ++n) {
+    D* dr = d + n * width;
+    const X* xr = x + n * width;
+    if (t[n] == ignore_index) {
+      for (int64_t v = 0; v < width; ++v) dr[v] = store_as<D>(0.0f);
+      continue;
+    }
+    write_row_gradient(dr, xr, valid, int64_t(t[n]) - vocab_start, stats(n, xr), scale);
+    for (int64_t v = valid; v < width; ++v) dr[v] = store_as<D>(0.0f);
+  }
+}
+
 }  // namespace
 
 int64_t cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets,
@@ -151,19 +172,11 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   const int32_t* t = targets.data<int32_t>();
   visit_floats(
       [&](auto* d, auto* x) {
-        using D = Elem<decltype(d)>;
-        LATTICE_PARALLEL_FOR(rows * vocab)
-        for (int64_t n = 0; n < rows; ++n) {
-          D* dr = d + n * vocab;
-          const auto* xr = x + n * vocab;
-          if (t[n] == ignore_index) {
-            for (int64_t v = 0; v < vocab; ++v) dr[v] = store_as<D>(0.0f);
-            continue;
-          }
-          const RowStats st =
-              kept_max != nullptr ? RowStats{kept_max[n], kept_sum[n]} : row_stats_of(xr, vocab);
-          write_row_gradient(dr, xr, vocab, t[n], st, scale);
-        }
+        write_gradient_rows(d, x, t, rows, vocab, vocab, 0, ignore_index, scale,
+                            [&](int64_t n, const auto* xr) {
+                              return kept_max != nullptr ? RowStats{kept_max[n], kept_sum[n]}
+                                                         : row_stats_of(xr, vocab);
+                            });
       },
       dlogits, logits);
 }
@@ -247,19 +260,10 @@ void cross_entropy_slice_backward(Tensor& dlogits, const Tensor& logits, const T
   const float* s = row_sum.data<float>();
   visit_floats(
       [&](auto* d) {
-        using D = Elem<decltype(d)>;
-        LATTICE_PARALLEL_FOR(rows * width)
-        for (int64_t n = 0; n < rows; ++n) {
-          D* dr = d + n * width;
-          const float* xr = x + n * width;
-          if (t[n] == ignore_index) {
-            for (int64_t v = 0; v < width; ++v) dr[v] = store_as<D>(0.0f);
-            continue;
-          }
-          write_row_gradient(dr, xr, valid, int64_t(t[n]) - vocab_start, RowStats{m[n], s[n]},
-                             scale);
-          for (int64_t v = valid; v < width; ++v) dr[v] = store_as<D>(0.0f);
-        }
+        write_gradient_rows(d, x, t, rows, width, valid, vocab_start, ignore_index, scale,
+                            [&](int64_t n, const float*) {
+                              return RowStats{m[n], s[n]};
+                            });
       },
       dlogits);
 }
