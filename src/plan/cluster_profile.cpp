@@ -214,6 +214,7 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
     read_number(j["runtime"], "layer_overhead_s", c.runtime.layer_overhead_s, origin);
     read_number(j["runtime"], "compute_efficiency", c.runtime.compute_efficiency, origin);
     read_string(j["runtime"], "software", c.runtime.software);
+    read_string(j["runtime"], "compute_efficiency_from", c.runtime.compute_efficiency_from);
     if (j["runtime"].contains("zero2_regathers_per_micro_batch")) {
       c.runtime.zero2_regathers_per_micro_batch =
           j["runtime"]["zero2_regathers_per_micro_batch"].get<bool>();
@@ -311,6 +312,7 @@ std::string write_cluster_profile(const ClusterSpec& c) {
         {"dp_bucket_bytes", c.runtime.dp_bucket_bytes},
         {"layer_overhead_s", c.runtime.layer_overhead_s},
         {"compute_efficiency", c.runtime.compute_efficiency},
+        {"compute_efficiency_from", c.runtime.compute_efficiency_from},
         {"zero2_regathers_per_micro_batch", c.runtime.zero2_regathers_per_micro_batch},
         {"software", c.runtime.software}}},
   };

@@ -67,7 +67,7 @@ struct CollectivePoint {
 // of 2021 all-reduced gradients after the backward; Megatron-Core overlaps them per bucket), so a
 // profile names the software it describes and the report says which.
 struct RuntimeFactors {
-  std::string software;         // e.g. "megatron-lm 2021-22"; empty: not named
+  std::string software;         // e.g. "megatron-lm 2022"; empty: not named
   double dp_overlap = 0.8;      // share of the backward that gradient reduction can hide behind
   double fragmentation = 0.10;  // allowance on dynamically allocated bytes (activations, buffers)
   double dp_bucket_bytes = 25.0 * (1 << 20);  // gradient bucket (PyTorch DDP's 25 MiB default)
@@ -76,6 +76,8 @@ struct RuntimeFactors {
   double layer_overhead_s = 0;
   // Multiplies every GEMM's efficiency: what a codebase reaches of the device curve.
   double compute_efficiency = 1.0;
+  // Where compute_efficiency was measured (a published run's id, say); empty: given as is.
+  std::string compute_efficiency_from;
   // ZeRO-2 as PyTorch FSDP's SHARD_GRAD_OP runs it: the parameters are gathered before each
   // micro-batch's forward, kept through its backward and resharded after it, so every
   // micro-batch pays an all-gather besides its reduce-scatter (false: DeepSpeed's ZeRO-2, which

@@ -29,10 +29,12 @@ std::string format_software(const RuntimeFactors& r) {
   return fmt::format(
       "software profile {}: gradient reduction hidden behind up to {:.0f}% of the backward "
       "({:.0f} MiB buckets), {:.0f} µs fixed per layer and micro-batch, GEMMs at {:.0f}% of "
-      "the device curve",
+      "the device curve{}",
       r.software.empty() ? std::string("(not named)") : "'" + r.software + "'",
       r.dp_overlap * 100.0, r.dp_bucket_bytes / (1024.0 * 1024.0), r.layer_overhead_s * 1e6,
-      r.compute_efficiency * 100.0);
+      r.compute_efficiency * 100.0,
+      r.compute_efficiency_from.empty() ? std::string()
+                                        : " (measured on " + r.compute_efficiency_from + ")");
 }
 
 std::string format_memory(const MemoryBreakdown& m) {
@@ -286,7 +288,8 @@ nlohmann::json to_json(const PlanOutcome& o) {
           {"dp_overlap", s.cluster.runtime.dp_overlap},
           {"dp_bucket_bytes", s.cluster.runtime.dp_bucket_bytes},
           {"layer_overhead_s", s.cluster.runtime.layer_overhead_s},
-          {"compute_efficiency", s.cluster.runtime.compute_efficiency}}}}},
+          {"compute_efficiency", s.cluster.runtime.compute_efficiency},
+          {"compute_efficiency_from", s.cluster.runtime.compute_efficiency_from}}}}},
       {"global_batch", s.global_batch},
       {"seq_len", s.seq_len},
       {"precision", precision_name(s.precision)},
@@ -349,16 +352,21 @@ std::string format_published(const PublishedValidation& v) {
     }
     const Evaluation& e = c.search.ranked.front();
     const double utilisation = c.run.published_mfu > 0 ? e.time.mfu : e.time.hfu;
-    out +=
-        fmt::format("{:<30} {:>8.3f}s {:>8.3f}s {:>+7.1f}%  {:5.1f}% {}  {:>5.1f} GiB  {}\n",
-                    c.run.id, c.run.step_seconds, e.time.step, c.error() * 100.0,
-                    utilisation * 100.0, published_note, e.memory.total / kGiB, describe(e.layout));
+    const std::string error =
+        c.run.calibration ? std::string("calib.") : fmt::format("{:+.1f}%", c.error() * 100.0);
+    out += fmt::format("{:<30} {:>8.3f}s {:>8.3f}s {:>8}  {:5.1f}% {}  {:>5.1f} GiB  {}\n",
+                       c.run.id, c.run.step_seconds, e.time.step, error, utilisation * 100.0,
+                       published_note, e.memory.total / kGiB, describe(e.layout));
   }
   out += fmt::format(
-      "\n{} of {} published layouts accepted as fitting; step time |error| mean {:.1f}%, worst "
-      "{:.1f}% ({})\n",
-      v.accepted, v.checks.size(), v.mean_abs_error * 100.0, v.max_abs_error * 100.0, v.worst);
-  out += "(utilisation: MFU, or 'h' where the paper reports hardware FLOPs, recompute counted)\n";
+      "\n{} of {} published layouts accepted as fitting; step time |error| over the {} rows not "
+      "used for calibration: mean {:.1f}%, worst {:.1f}% ({})\n",
+      v.accepted, v.checks.size(), v.judged, v.mean_abs_error * 100.0, v.max_abs_error * 100.0,
+      v.worst);
+  out +=
+      "(utilisation: MFU, or 'h' where the paper reports hardware FLOPs, recompute counted;\n"
+      " calib.: the row sets its software profile's GEMM efficiency, its error 0 by "
+      "construction)\n";
   out += "sources:\n";
   for (const PublishedCheck& c : v.checks) {
     out += fmt::format("  {:<30} {}; step time from {}; {}\n", c.run.id, c.run.source,
@@ -377,7 +385,8 @@ nlohmann::json to_json(const PublishedValidation& v) {
                           {"published_step_s", c.run.step_seconds},
                           {"published_mfu", c.run.published_mfu},
                           {"published_hfu", c.run.published_hfu},
-                          {"fits", c.fits()}};
+                          {"fits", c.fits()},
+                          {"calibration", c.run.calibration}};
     if (c.fits()) {
       row["predicted"] = to_json(c.search.ranked.front());
       row["error"] = c.error();
@@ -388,6 +397,7 @@ nlohmann::json to_json(const PublishedValidation& v) {
   }
   return {{"runs", rows},
           {"accepted", v.accepted},
+          {"judged", v.judged},
           {"mean_abs_error", v.mean_abs_error},
           {"max_abs_error", v.max_abs_error},
           {"worst", v.worst}};

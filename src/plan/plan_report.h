@@ -29,7 +29,7 @@ struct PlanOutcome {
 // The recommended layout's energy and cost lines (and the budget's, with --tokens).
 std::string format_cost(const PlanOutcome& outcome, const TimeBreakdown& time);
 
-// "software profile 'megatron-lm 2021-22 …': gradient reduction hidden behind up to 0% …": the
+// "software profile 'megatron-lm 2022 …': gradient reduction hidden behind up to 0% …": the
 // runtime factors a prediction rests on (one curve cannot fit two codebases).
 std::string format_software(const RuntimeFactors& runtime);
 std::string format_memory(const MemoryBreakdown& memory);

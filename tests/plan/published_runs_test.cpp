@@ -71,16 +71,16 @@ TEST(PublishedRuns, EachRowsErrorIsTheOneTheDocsPrint) {
   // cost model moves these: rerun `lattice plan --validate-published`, update the docs' table and
   // this list together.
   const std::map<std::string, double> documented = {
-      {"narayanan-1.7b", 0.0014},
-      {"narayanan-3.6b", -0.0047},
-      {"narayanan-7.5b", 0.0046},
-      {"narayanan-18.4b", -0.0495},
-      {"narayanan-39.1b", -0.0457},
-      {"narayanan-76.1b", -0.1094},
-      {"narayanan-145.6b", -0.0836},
-      {"narayanan-310.1b", -0.0957},
-      {"narayanan-529.6b", -0.0815},
-      {"narayanan-1008b", -0.0587},
+      {"narayanan-1.7b", 0.0},  // the calibration row
+      {"narayanan-3.6b", -0.0095},
+      {"narayanan-7.5b", -0.0041},
+      {"narayanan-18.4b", -0.0183},
+      {"narayanan-39.1b", 0.0354},
+      {"narayanan-76.1b", -0.0304},
+      {"narayanan-145.6b", 0.0030},
+      {"narayanan-310.1b", -0.0056},
+      {"narayanan-529.6b", 0.0134},
+      {"narayanan-1008b", 0.0440},
       {"korthikanti-22b-full", -0.0326},
       {"korthikanti-22b-selective-sp", -0.0461},
       {"korthikanti-175b-full", -0.0216},
@@ -97,8 +97,8 @@ TEST(PublishedRuns, EachRowsErrorIsTheOneTheDocsPrint) {
     ASSERT_TRUE(documented.contains(c.run.id)) << c.run.id;
     EXPECT_NEAR(c.error(), documented.at(c.run.id), 0.0005) << c.run.id;
   }
-  EXPECT_NEAR(validation().mean_abs_error, 0.0428, 0.0005);
-  EXPECT_EQ(validation().worst, "narayanan-76.1b");
+  EXPECT_NEAR(validation().mean_abs_error, 0.0264, 0.0005);
+  EXPECT_EQ(validation().worst, "llama3-405b-128k-context");
 }
 
 TEST(PublishedRuns, SelectiveAndFullRecomputeAgreeOnTheSameModel) {
@@ -115,20 +115,66 @@ TEST(PublishedRuns, SelectiveAndFullRecomputeAgreeOnTheSameModel) {
   }
 }
 
-TEST(PublishedRuns, GradientAllReduceAfterTheBackwardIsWhatThe2021RunsPaid) {
-  // Narayanan et al.'s tp 1 row (1.7B on 32 GPUs, dp 32): with Megatron-Core's overlap the
-  // planner hides the gradient all-reduce and is ~9% fast; with the 2021 codebase's profile
-  // (dp_overlap 0) it is within 1%.
-  PublishedRun row;
-  for (const PublishedRun& r : published_runs()) {
-    if (r.id == "narayanan-1.7b") row = r;
+const PublishedRun& row(const std::vector<PublishedRun>& runs, const std::string& id) {
+  const auto found =
+      std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
+  EXPECT_NE(found, runs.end()) << id;
+  return *found;
+}
+
+TEST(PublishedRuns, EachNarayananRowReducesItsGradientsAsItsScriptDid) {
+  // run_table_1.sh: --DDP-impl torch for rows 1-4 (PyTorch's DDP, buckets reduced during the
+  // backward), local for rows 5-10 (one all-reduce after it). Row 1 (1.7B, dp 32) shows what that
+  // is worth: its all-reduce priced after the backward reads ~7% slower than hidden.
+  const std::vector<PublishedRun> runs = published_runs();
+  for (const char* id : {"narayanan-1.7b", "narayanan-3.6b", "narayanan-7.5b", "narayanan-18.4b"}) {
+    EXPECT_EQ(row(runs, id).setup.cluster.runtime.dp_overlap, RuntimeFactors{}.dp_overlap) << id;
+    EXPECT_NE(row(runs, id).setup.cluster.runtime.software.find("torch DDP"), std::string::npos);
   }
-  ASSERT_EQ(row.setup.cluster.runtime.dp_overlap, 0.0);
-  const double with_profile = validate_published({row}).checks[0].error();
-  row.setup.cluster.runtime.dp_overlap = 0.8;
-  const double overlapped = validate_published({row}).checks[0].error();
-  EXPECT_LT(std::abs(with_profile), 0.01);
-  EXPECT_LT(overlapped, -0.07);
+  for (const char* id : {"narayanan-39.1b", "narayanan-76.1b", "narayanan-145.6b",
+                         "narayanan-310.1b", "narayanan-529.6b", "narayanan-1008b"}) {
+    EXPECT_EQ(row(runs, id).setup.cluster.runtime.dp_overlap, 0.0) << id;
+    EXPECT_NE(row(runs, id).setup.cluster.runtime.software.find("local DDP"), std::string::npos);
+  }
+  PublishedRun after_the_backward = row(runs, "narayanan-1.7b");
+  after_the_backward.setup.cluster.runtime.dp_overlap = 0;
+  EXPECT_GT(validate_published({after_the_backward}).checks[0].error(), 0.06);
+}
+
+TEST(PublishedRuns, The2021EfficiencyIsMeasuredOnRowOneAndPredictsTheOtherNine) {
+  // One share of the GEMM curve for the 2021 codebase, measured on row 1 (tp 1, pp 1, its
+  // reduction hidden: the step is one GPU's compute), left out of the error, and used for the
+  // other nine rows. Korthikanti et al.'s 2022 code and Llama 3 keep the whole curve.
+  const std::vector<PublishedRun> runs = published_runs();
+  const PublishedValidation& v = validation();
+  EXPECT_EQ(v.judged, 20);
+  const double efficiency = row(runs, "narayanan-1.7b").setup.cluster.runtime.compute_efficiency;
+  EXPECT_GT(efficiency, 0.8);
+  EXPECT_LT(efficiency, 0.95);
+  for (const PublishedRun& r : runs) {
+    const bool narayanan = r.id.starts_with("narayanan-");
+    EXPECT_EQ(r.calibration, r.id == "narayanan-1.7b") << r.id;
+    EXPECT_EQ(r.setup.cluster.runtime.compute_efficiency, narayanan ? efficiency : 1.0) << r.id;
+    EXPECT_EQ(r.setup.cluster.runtime.compute_efficiency_from, narayanan ? "narayanan-1.7b" : "")
+        << r.id;
+  }
+  EXPECT_NEAR(v.checks.front().error(), 0.0, 1e-6);
+  // Not a quirk of one row: rows 2 and 3 (tp 2 and 4, also nearly all compute) measure the same
+  // share within 1.5%.
+  for (const char* id : {"narayanan-3.6b", "narayanan-7.5b"}) {
+    EXPECT_NEAR(software_efficiency_of(row(runs, id)), efficiency, 0.015 * efficiency) << id;
+  }
+  // Without it (the 2022 curve for 2021 code) the nine rows read 4.6-10.9% fast: the worst row
+  // of the table would be beyond 10%.
+  std::vector<PublishedRun> whole_curve;
+  for (PublishedRun r : runs) {
+    if (!r.id.starts_with("narayanan-") || r.calibration) continue;
+    r.setup.cluster.runtime.compute_efficiency = 1.0;
+    whole_curve.push_back(std::move(r));
+  }
+  const PublishedValidation uncalibrated = validate_published(whole_curve);
+  EXPECT_GT(uncalibrated.max_abs_error, 0.10);
+  EXPECT_EQ(uncalibrated.worst, "narayanan-76.1b");
 }
 
 TEST(PublishedRuns, ThePublishedLayoutsRankInTheFreeSearchsTopFive) {
