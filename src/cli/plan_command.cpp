@@ -246,7 +246,8 @@ void run_plan(const PlanArgs& args) {
   }
   outcome.search_seconds = watch.seconds();
   if (!outcome.search.ranked.empty()) {
-    outcome.alternatives = plan::explain_alternatives(setup, outcome.search.ranked.front());
+    // Against the device count the recommendation uses (--deadline may choose fewer than given).
+    outcome.alternatives = plan::explain_alternatives(outcome.setup, outcome.search.ranked.front());
   }
 
   if (args.json) {
