@@ -174,7 +174,7 @@ void run_bench_train(BenchTrainArgs args) {
 
   fmt::print("# lattice bench train: {} B={} T={} ({} tokens/step), {} warm-up + {} timed steps\n",
              args.preset, args.batch, args.seq, tokens_per_step, args.warmup, args.steps);
-  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# machine at start: {}\n", machine_state());
   fmt::print("# model FLOPs/token = 6*N + 12*L*C*T (PaLM, full attention)\n");
   fmt::print("# baseline (same run): bf16 lattice::matmul M={} K={} N={}, best of {}\n",
              ceiling_shape.m, ceiling_shape.k, ceiling_shape.n, args.gemm_repeats);
@@ -245,7 +245,7 @@ void run_bench_train(BenchTrainArgs args) {
       }
     }
   }
-  fmt::print("# load average at end: {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
 }
 
 // ---- calibrate ----

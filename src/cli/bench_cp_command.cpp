@@ -146,7 +146,7 @@ void run_bench_cp(BenchCpArgs args) {
       "thread(s) per rank, threads transport\n",
       args.step.preset, args.step.batch, args.step.seq, tokens_per_step, args.step.precision,
       args.step.warmup, args.step.steps, args.step.threads);
-  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# machine at start: {}\n", machine_state());
   fmt::print(
       "# ms/step, ring ms and exposed: medians over the timed steps of the max over ranks; ring "
       "ms is the wall time inside ring attention (its tiles included), exposed the part blocked "
@@ -169,7 +169,7 @@ void run_bench_cp(BenchCpArgs args) {
         double(r.activation_peak) / 1048576.0, r.first_loss, r.last_loss);
     std::fflush(stdout);
   }
-  fmt::print("# load average at end: {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ void run_bench_dp(const BenchDpArgs& args) {
       "transport\n",
       args.config, base.model.name, base.global_batch, base.seq_len, args.warmup, args.steps,
       args.repeat, base.parallel.bucket_mb);
-  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# machine at start: {}\n", machine_state());
   for (int r = 0; r < args.repeat; ++r) {
     for (size_t i = 0; i < layouts.size(); ++i) run_layout(args, base, layouts[i], samples[i]);
   }
@@ -165,7 +165,7 @@ void run_bench_dp(const BenchDpArgs& args) {
         double(s.peak_parameters) / (1 << 20), double(s.peak_gradients) / (1 << 20),
         double(s.peak_optimizer) / (1 << 20), s.last_loss);
   }
-  fmt::print("# load average at end: {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
   std::fflush(stdout);
 }
 

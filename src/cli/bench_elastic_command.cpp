@@ -111,8 +111,8 @@ void run_bench_elastic(const BenchElasticArgs& args) {
     LATTICE_THROW(ConfigError, "--fault-step {} must lie inside the run's {} steps",
                   args.fault_step, args.steps);
   }
-  fmt::print("# lattice bench elastic: {} on {} rank processes (gloo), {} steps, load {}\n",
-             args.config, args.nproc, args.steps, load_average());
+  fmt::print("# lattice bench elastic: {} on {} rank processes (gloo), {} steps; {}\n", args.config,
+             args.nproc, args.steps, machine_state());
   // The two uninterrupted runs alternate, so that a change in the machine's load hits both.
   std::vector<double> plain_ms, snapshot_ms, snapshot_part_ms;
   double plain_wall = 0, snapshot_wall = 0;
@@ -159,7 +159,7 @@ void run_bench_elastic(const BenchElasticArgs& args) {
                    double(args.fault_step + 1 - f.restored_step) * snapshot_median / 1e3,
                f.cause);
   }
-  fmt::print("# load at the end {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ void run_bench_moe(BenchMoeArgs args) {
       "timed steps, {} thread(s) per rank, threads transport\n",
       args.step.preset, model.n_experts, model.experts_per_token, args.step.batch, args.step.seq,
       args.dp, args.step.precision, args.step.warmup, args.step.steps, args.step.threads);
-  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# machine at start: {}\n", machine_state());
   fmt::print(
       "# ms/step and a2a ms: medians over the timed steps of the max over ranks; a2a: the wall "
       "time in the experts' all-to-alls (dispatch, combine, and both backward); params MiB: a "
@@ -155,7 +155,7 @@ void run_bench_moe(BenchMoeArgs args) {
         lead.losses.front(), lead.losses.back());
     std::fflush(stdout);
   }
-  fmt::print("# load average at end: {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ void run_bench_tp(const BenchTpArgs& args) {
       "thread(s) per rank, threads transport\n",
       args.step.preset, args.step.batch, args.step.seq, tokens_per_step, args.step.precision,
       args.step.warmup, args.step.steps, args.step.threads);
-  fmt::print("# load average at start: {}\n", load_average());
+  fmt::print("# machine at start: {}\n", machine_state());
   fmt::print(
       "# ms/step and TP comm: medians over the timed steps of the max over ranks; comm is wall "
       "time inside TensorParallel's collectives (waiting for the peer included)\n"
@@ -225,7 +225,7 @@ void run_bench_tp(const BenchTpArgs& args) {
         r.bus_bytes_per_step / 1e6, r.first_loss, r.last_loss);
     std::fflush(stdout);  // rows arrive a minute apart: show each as it is measured
   }
-  fmt::print("# load average at end: {}\n", load_average());
+  fmt::print("# machine at end: {}\n", machine_state());
 }
 
 }  // namespace

@@ -9,18 +9,30 @@
 #include <vector>
 
 #include "cli/validators.h"
+#include "core/core_latency.h"
 #include "core/error.h"
 #include "core/thread_budget.h"
 #include "core/timer.h"
 
 namespace lattice::cli {
 
-std::string load_average() {
+std::string machine_state() {
   std::ifstream in("/proc/loadavg");
   std::string one, five;
   in >> one >> five;
-  return in ? fmt::format("{} (1 min) {} (5 min) on {} cores", one, five, available_cores())
-            : "unknown";
+  std::string state = in ? fmt::format("load average {} (1 min) {} (5 min) on {} cores", one, five,
+                                       available_cores())
+                         : std::string("load average unknown");
+  // How far apart the first two CPUs are: a host that moved its virtual CPUs onto different
+  // dies makes memory-bound kernels several times slower (core/core_latency.h).
+  const std::vector<int> cpus = affinity_cpus();
+  if (cpus.size() >= 2) {
+    const double ns = cache_line_round_trip_ns(cpus[0], cpus[1]);
+    state += ns > 0 ? fmt::format("; CPUs {} and {} {:.0f} ns apart (a cache line's round trip)",
+                                  cpus[0], cpus[1], ns)
+                    : fmt::format("; CPUs {} and {}: round trip not measured", cpus[0], cpus[1]);
+  }
+  return state;
 }
 
 DType parse_precision(const std::string& name) {

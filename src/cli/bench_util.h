@@ -12,9 +12,10 @@
 
 namespace lattice::cli {
 
-// "0.52 (1 min) 0.61 (5 min) on 2 cores" from /proc/loadavg, or "unknown": benchmarks print it at
-// start and end, so a reader can tell a quiet run from a contended one.
-std::string load_average();
+// "load average 0.52 (1 min) 0.61 (5 min) on 2 cores; CPUs 0 and 1 55 ns apart (a cache line's
+// round trip)": benchmarks print it at start and end, so a reader can tell a quiet run from a
+// contended one, and CPUs on one die from CPUs a host placed apart (core/core_latency.h).
+std::string machine_state();
 // "fp32" or "bf16" (ValueError naming the choices otherwise).
 DType parse_precision(const std::string& name);
 // The best of 5 single-thread memcpy calls of `bytes` (pages faulted in first), in seconds: the

@@ -133,7 +133,7 @@ int run_plan_validate(const PlanValidateArgs& args) {
                   args.rounds, args.micro_batches);
   }
 
-  const std::string load_at_start = cli::load_average();
+  const std::string machine_at_start = cli::machine_state();
   if (!args.json) {
     fmt::print(
         "# lattice plan --validate: {} ({} layers, compute {}), global batch {} x T={}, {} "
@@ -141,8 +141,8 @@ int run_plan_validate(const PlanValidateArgs& args) {
         base.model.name, base.model.n_layer, args.precision, base.global_batch, base.seq_len,
         args.warmup, args.steps, args.rounds, args.threads);
     fmt::print("# cluster: {}\n", cluster.source);
-    fmt::print("# load average at start: {} (step times on a loaded machine run long)\n",
-               load_at_start);
+    fmt::print("# machine at start: {} (step times on a loaded machine run long)\n",
+               machine_at_start);
     fmt::print(
         "# memory: planner (runtime model 'lattice') vs the arena peak per category of the most "
         "loaded pipeline stage's rank (dp 0, tp 0); time: predicted step vs median measured "
@@ -271,11 +271,12 @@ int run_plan_validate(const PlanValidateArgs& args) {
   size_t rows = 0;
   for (const plan::LayoutValidation& v : results) rows += v.rows.size();
   if (args.json) {
-    nlohmann::json out = {{"model", base.model.name},         {"layers", base.model.n_layer},
-                          {"precision", args.precision},      {"global_batch", base.global_batch},
-                          {"seq_len", base.seq_len},          {"cluster", cluster.source},
-                          {"calibrated", cluster.calibrated}, {"load_at_start", load_at_start},
-                          {"load_at_end", load_average()},    {"layouts", nlohmann::json::array()}};
+    nlohmann::json out = {
+        {"model", base.model.name},          {"layers", base.model.n_layer},
+        {"precision", args.precision},       {"global_batch", base.global_batch},
+        {"seq_len", base.seq_len},           {"cluster", cluster.source},
+        {"calibrated", cluster.calibrated},  {"machine_at_start", machine_at_start},
+        {"machine_at_end", machine_state()}, {"layouts", nlohmann::json::array()}};
     for (size_t i = 0; i < results.size(); ++i) {
       nlohmann::json layout = plan::to_json(results[i]);
       layout["step_cpu_seconds"] = median(step_cpu_ms[i]) / 1e3;  // rank 0's thread CPU time
@@ -297,8 +298,8 @@ int run_plan_validate(const PlanValidateArgs& args) {
           results[i].predicted_time.step * 1e3 / median(wall), median(step_cpu_ms[i]),
           results[i].predicted_time.step * 1e3 / median(step_cpu_ms[i]));
     }
-    fmt::print("# {} of {} rows out of tolerance; load average at end: {}\n", flagged, rows,
-               load_average());
+    fmt::print("# {} of {} rows out of tolerance; machine at end: {}\n", flagged, rows,
+               machine_state());
   }
   return flagged;
 }

@@ -9,6 +9,7 @@
 
 #include "cli/tiny_run.h"
 #include "core/cpu_peak.h"
+#include "core/thread_budget.h"
 
 namespace lattice::testing {
 namespace {
@@ -151,6 +152,17 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("(N = 120576 parameters"), std::string::npos) << r.out;
+  // The machine at start and end: the load, and on two CPUs or more how far apart the host put
+  // the first two (core/core_latency.h).
+  for (const char* when :
+       {"# machine at start: load average ", "# machine at end: load average "}) {
+    const size_t line = r.out.find(when);
+    ASSERT_NE(line, std::string::npos) << r.out;
+    if (affinity_cpus().size() >= 2) {
+      const std::string text = r.out.substr(line, r.out.find('\n', line) - line);
+      EXPECT_NE(text.find(" ns apart (a cache line's round trip)"), std::string::npos) << text;
+    }
+  }
   // The cores' own bf16 peak and whether AMX is there, as this CPU reports them.
   const std::string peak = has_avx512_bf16() ? " GFLOP/s per core (VDPBF16PS); AMX-BF16: "
                                              : "no AVX512-BF16 on this CPU; AMX-BF16: ";
