@@ -50,7 +50,7 @@ def parse_args():
 
 
 def lattice_step(args, threads, precision):
-    """tokens/s and N from one `lattice bench train` row."""
+    """tokens/s, N and the CPU distances it printed (ns) from one `lattice bench train` row."""
     cmd = [args.lattice, "bench", "train", "--preset", args.preset, "--batch", str(args.batch),
            "--seq", str(args.seq), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--threads", str(threads), "--precision", precision, "--gemm-repeats", "1"]
@@ -60,7 +60,10 @@ def lattice_step(args, threads, precision):
     params = re.search(r"N = (\d+) parameters", out)
     if not row or not params:
         sys.exit(f"could not read lattice bench train's output:\n{out}")
-    return float(row.group(1)), int(params.group(1))
+    # How far apart the host put the first two CPUs at the row's start and end: near and far
+    # placements give different 2-thread figures (docs/performance.md).
+    apart = [float(ns) for ns in re.findall(r"CPUs \d+ and \d+ ([0-9.]+) ns apart", out)]
+    return float(row.group(1)), int(params.group(1)), apart
 
 
 def torch_llama(torch, preset):
@@ -298,10 +301,11 @@ def main():
     results = {}
     for t in threads:
         for p in precisions:
-            lattice, torch_rate = [], {"fp32": [], "bf16": []}
+            lattice, torch_rate, apart = [], {"fp32": [], "bf16": []}, []
             for _ in range(args.rounds):
-                rate, n = lattice_step(args, t, p)
+                rate, n, ns = lattice_step(args, t, p)
                 lattice.append(rate)
+                apart += ns
                 for q in ("fp32", "bf16"):
                     rate_q, n_torch = torch_step(args, t, q)
                     torch_rate[q].append(rate_q)
@@ -309,15 +313,18 @@ def main():
                     sys.exit(f"the PyTorch model has {n_torch} parameters, Lattice's {n}: "
                              "not the same model")
             results[(p, t)] = (statistics.median(lattice),
-                               {q: statistics.median(v) for q, v in torch_rate.items()})
+                               {q: statistics.median(v) for q, v in torch_rate.items()}, apart)
     print(f"# {'precision':>9} {'threads':>7} {'lattice tok/s':>14} {'pytorch same':>13} "
-          f"{'ratio':>7} {'pytorch best':>13} {'ratio':>7}")
-    for (p, t), (lat, tor) in results.items():
+          f"{'ratio':>7} {'pytorch best':>13} {'ratio':>7}  CPUs apart (ns)")
+    for (p, t), (lat, tor, apart) in results.items():
         best = max(tor.values())
+        spread = f"{min(apart):.0f}-{max(apart):.0f}" if apart else "-"
         print(f"  {p:>9} {t:>7} {lat:>14.1f} {tor[p]:>13.1f} {lat / tor[p]:>6.2f}x "
-              f"{best:>13.1f} {lat / best:>6.2f}x")
+              f"{best:>13.1f} {lat / best:>6.2f}x  {spread}")
     print(f"# load at the end {os.getloadavg()[0]:.2f}; 'pytorch best' is its faster of fp32 and "
-          "bf16 autocast at those threads")
+          "bf16 autocast at those threads; CPUs apart: the cache-line round trip between the first "
+          "two CPUs that Lattice's runs of the row measured at their start and end (about 55 ns "
+          "on one die, 300 ns and more when the host placed them apart: docs/performance.md)")
 
 
 if __name__ == "__main__":
