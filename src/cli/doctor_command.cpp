@@ -75,17 +75,8 @@ void run_environment_doctor(const DoctorArgs& args) {
                                   : launch ? "launched by " + launch->launcher
                                            : std::string("started by hand");
   int failed = 0;
-  auto report = [&](Communicator& world) {
-    const doctor::RankEnvironment mine =
-        doctor::observe_rank_environment(world.rank(), world.size(), args.threads);
-    std::vector<doctor::RankEnvironment> ranks;
-    for (const std::string& text :
-         all_gather_strings(world, doctor::to_json(mine).dump(), std::chrono::seconds(30))) {
-      ranks.push_back(doctor::rank_environment_from_json(nlohmann::json::parse(text)));
-    }
-    const std::vector<doctor::CheckResult> results = doctor::check_rank_environments(ranks);
-    failed = doctor::failed_count(results);
-    if (world.rank() != 0) return;
+  auto print_environment = [&](const std::vector<doctor::RankEnvironment>& ranks,
+                               const std::vector<doctor::CheckResult>& results) {
     if (!args.json) {
       fmt::print("lattice doctor --env: {} rank(s), {}\n\n", ranks.size(), launched_by);
       for (const doctor::RankEnvironment& e : ranks) {
@@ -99,6 +90,22 @@ void run_environment_doctor(const DoctorArgs& args) {
       fmt::print("\n");
     }
     print_results(results, args.json);
+    std::fflush(stdout);
+  };
+  auto report = [&](Communicator& world) {
+    const doctor::RankEnvironment mine =
+        doctor::observe_rank_environment(world.rank(), world.size(), args.threads);
+    std::vector<doctor::RankEnvironment> ranks;
+    for (const std::string& text :
+         all_gather_strings(world, doctor::to_json(mine).dump(), std::chrono::seconds(30))) {
+      ranks.push_back(doctor::rank_environment_from_json(nlohmann::json::parse(text)));
+    }
+    const std::vector<doctor::CheckResult> results = doctor::check_rank_environments(ranks);
+    failed = doctor::failed_count(results);
+    if (world.rank() == 0) print_environment(ranks, results);
+    // The others wait until rank 0 has printed: one that exited first with the failure's code
+    // would have its launcher end the job while rank 0 was still writing the report.
+    world.barrier();
   };
   if (elastic) {
     // A rank process of `lattice launch`: the first generation's Gloo world reports.

@@ -224,13 +224,18 @@ TEST(DoctorCli, UnderLatticeLaunchEveryRankReportsAndCoresPerRankBindsThem) {
     for (const char* a : {"--", "doctor", "--env", "--threads", "1", "--json"}) args.push_back(a);
     return run_cli(args, kLimitS);
   };
+  // A check the output lacks reads "missing" (and the failure shows the output).
+  auto verdict = [](const CliResult& r, const std::string& id) {
+    const std::map<std::string, std::string> by_id = verdicts(r.out);
+    return by_id.contains(id) ? by_id.at(id) : std::string("missing");
+  };
   const CliResult bound = env_doctor({"--cores-per-rank", "1"});
   ASSERT_EQ(bound.exit_code, 0) << bound.all();
-  EXPECT_EQ(verdicts(bound.out).at("launcher"), "PASS") << bound.out;  // the agent's ranks
-  EXPECT_EQ(verdicts(bound.out).at("affinity"), "PASS") << bound.out;
+  EXPECT_EQ(verdict(bound, "launcher"), "PASS") << bound.all();  // the agent's ranks
+  EXPECT_EQ(verdict(bound, "affinity"), "PASS") << bound.all();
   const CliResult unbound = env_doctor({});
   EXPECT_NE(unbound.exit_code, 0) << unbound.all();
-  EXPECT_EQ(verdicts(unbound.out).at("affinity"), "FAIL") << unbound.out;
+  EXPECT_EQ(verdict(unbound, "affinity"), "FAIL") << unbound.all();
   EXPECT_NE(unbound.out.find("lattice launch --cores-per-rank T"), std::string::npos)
       << unbound.out;
   EXPECT_NE(unbound.err.find("so the job ends"), std::string::npos) << unbound.err;  // no restart
