@@ -171,7 +171,8 @@ CheckResult check_cores(const DoctorInput& in) {
                {"ranks_in_process", ranks_here},
                {"threads_per_rank", threads},
                {"numa_nodes", m.numa_nodes},
-               {"numa_nodes_spanned", m.numa_nodes_spanned}};
+               {"numa_nodes_spanned", m.numa_nodes_spanned},
+               {"cpu_round_trip_ns", m.cpu_round_trip_ns}};
   const int needed = ranks_here * std::max(1, c.threads);
   if (needed > m.cores && in_process && in.oversubscribe) {
     r.verdict = Verdict::kWarn;
@@ -215,9 +216,27 @@ CheckResult check_cores(const DoctorInput& in) {
         "bind the process to one node (numactl --cpunodebind=0 --membind=0), or run one "
         "process per node under mpirun --bind-to numa");
   }
+  // On one die a cache line's round trip between two cores reads about 50-100 ns; the 2-core
+  // development VM read 55-93 ns there and 283-423 ns when the host had put its CPUs on different
+  // dies (docs/performance.md).
+  constexpr double kDiesApartNs = 150;
+  if (threads >= 2 && m.cpu_round_trip_ns > kDiesApartNs) {
+    warnings.push_back(fmt::format(
+        "that is two dies (a cache line's round trip on one die reads about 50-100 ns), and a "
+        "rank whose {} threads span them runs its memory-bound kernels 2-4x slower (the demo's "
+        "2-thread step: 37 ms instead of 26)",
+        threads));
+    fixes.push_back(
+        "give each core a rank of its own (train.threads=1 and dp = the cores: dp 2 lost 2-3% "
+        "where the 2-thread rank lost 40%); on a virtual machine the host moves its CPUs after "
+        "they idle, so run the doctor again before timing");
+  }
   const std::string fits =
       fmt::format("{} rank(s) in this process × {} thread(s) on {} cores, {} NUMA node(s) of {}",
-                  ranks_here, threads, m.cores, m.numa_nodes_spanned, m.numa_nodes);
+                  ranks_here, threads, m.cores, m.numa_nodes_spanned, m.numa_nodes) +
+      (m.cpu_round_trip_ns > 0 ? fmt::format(", CPUs {} and {} {:.0f} ns apart", m.round_trip_cpu_a,
+                                             m.round_trip_cpu_b, m.cpu_round_trip_ns)
+                               : std::string());
   if (!warnings.empty()) {
     r.verdict = Verdict::kWarn;
     r.saw = fits + "; " + fmt::format("{}", fmt::join(warnings, "; "));

@@ -158,6 +158,28 @@ TEST(Doctor, AnOmpThreadCountThatFightsTheBudgetOrTwoNumaNodesWarnCores) {
   EXPECT_NE(result_of(results, "cores").saw.find("span 2 NUMA nodes"), std::string::npos);
 }
 
+TEST(Doctor, ARanksThreadsOnCpusFarApartWarnCores) {
+  // One rank with 2 threads on CPUs a host placed on different dies (a cache line's round trip
+  // of 320 ns, as the development VM read it) warns and names the fix; on one die (60 ns) or
+  // with one thread per rank it does not.
+  TrainConfig two_threads = tiny(1, 1);
+  two_threads.threads = 2;
+  DoctorInput input = input_for(two_threads, false);
+  input.machine.cpu_round_trip_ns = 320;
+  std::vector<CheckResult> results = run_checks(input);
+  EXPECT_EQ(with_verdict(results, Verdict::kWarn), std::set<std::string>{"cores"})
+      << all_text(results);
+  const CheckResult& far = result_of(results, "cores");
+  EXPECT_NE(far.saw.find("CPUs 0 and 1 320 ns apart; that is two dies"), std::string::npos)
+      << far.saw;
+  EXPECT_NE(far.fix.find("give each core a rank of its own"), std::string::npos) << far.fix;
+  input.machine.cpu_round_trip_ns = 60;
+  EXPECT_EQ(result_of(run_checks(input), "cores").verdict, Verdict::kPass);
+  DoctorInput one_thread_each = input_for(tiny(2, 1), false);
+  one_thread_each.machine.cpu_round_trip_ns = 320;
+  EXPECT_EQ(result_of(run_checks(one_thread_each), "cores").verdict, Verdict::kPass);
+}
+
 TEST(Doctor, AModelLargerThanTheMemoryFailsMemory) {
   DoctorInput input = input_for(tiny(2, 1), false);
   input.machine.available_memory_bytes = 1 << 20;
