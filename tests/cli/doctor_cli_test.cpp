@@ -61,6 +61,17 @@ TEST(DoctorCli, AHealthyLayoutPassesEveryCheckAndExitsZero) {
   for (const char* id : {"recompute", "replicas", "sharding", "grad-norm", "attention-tp"}) {
     EXPECT_EQ(by_id.at(id), "PASS") << id << "\n" << r.out;
   }
+  // The cores check measured how far apart the machine's first two CPUs are.
+  if (affinity_cpus().size() >= 2) {
+    bool measured = false;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.at("id") != "cores") continue;
+      measured = j.at("figures").at("cpu_round_trip_ns").get<double>() > 0;
+    }
+    EXPECT_TRUE(measured) << r.out;
+  }
 }
 
 TEST(DoctorCli, ADeadlineShorterThanTheStepFailsOnlyTimeoutsWithExitOne) {
