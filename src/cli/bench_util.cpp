@@ -25,12 +25,11 @@ std::string machine_state() {
                          : std::string("load average unknown");
   // How far apart the first two CPUs are: a host that moved its virtual CPUs onto different
   // dies makes memory-bound kernels several times slower (core/core_latency.h).
-  const std::vector<int> cpus = affinity_cpus();
-  if (cpus.size() >= 2) {
-    const double ns = cache_line_round_trip_ns(cpus[0], cpus[1]);
-    state += ns > 0 ? fmt::format("; CPUs {} and {} {:.0f} ns apart (a cache line's round trip)",
-                                  cpus[0], cpus[1], ns)
-                    : fmt::format("; CPUs {} and {}: round trip not measured", cpus[0], cpus[1]);
+  if (affinity_cpus().size() >= 2) {
+    const CpuDistance d = first_cpus_distance();
+    state += d.ns > 0 ? fmt::format("; CPUs {} and {} {:.0f} ns apart (a cache line's round trip)",
+                                    d.cpu_a, d.cpu_b, d.ns)
+                      : fmt::format("; CPUs {} and {}: round trip not measured", d.cpu_a, d.cpu_b);
   }
   return state;
 }

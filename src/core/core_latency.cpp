@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/thread_budget.h"
@@ -87,6 +88,12 @@ double cache_line_round_trip_ns(int cpu_a, int cpu_b, int round_trips, double ti
     done += batch;
   }
   return best_ns;
+}
+
+CpuDistance first_cpus_distance() {
+  const std::vector<int> cpus = affinity_cpus();
+  if (cpus.size() < 2) return {};
+  return {cpus[0], cpus[1], cache_line_round_trip_ns(cpus[0], cpus[1])};
 }
 
 }  // namespace lattice

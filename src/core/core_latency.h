@@ -16,4 +16,12 @@ namespace lattice {
 double cache_line_round_trip_ns(int cpu_a, int cpu_b, int round_trips = 20000,
                                 double timeout_s = 1.0);
 
+// The round trip between the first two CPUs the calling thread may use, as the benchmarks and
+// `lattice doctor` report it; ns 0 when there is one CPU or nothing could be measured.
+struct CpuDistance {
+  int cpu_a = 0, cpu_b = 1;
+  double ns = 0;
+};
+CpuDistance first_cpus_distance();
+
 }  // namespace lattice

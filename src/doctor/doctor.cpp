@@ -172,7 +172,7 @@ CheckResult check_cores(const DoctorInput& in) {
                {"threads_per_rank", threads},
                {"numa_nodes", m.numa_nodes},
                {"numa_nodes_spanned", m.numa_nodes_spanned},
-               {"cpu_round_trip_ns", m.cpu_round_trip_ns}};
+               {"cpu_round_trip_ns", m.cpu_distance.ns}};
   const int needed = ranks_here * std::max(1, c.threads);
   if (needed > m.cores && in_process && in.oversubscribe) {
     r.verdict = Verdict::kWarn;
@@ -220,7 +220,7 @@ CheckResult check_cores(const DoctorInput& in) {
   // 2-core development VM 55-93 ns; a large server die more), and the VM read 283-423 ns when
   // the host had put its CPUs on different dies (docs/performance.md).
   constexpr double kDiesApartNs = 200;
-  if (threads >= 2 && m.cpu_round_trip_ns > kDiesApartNs) {
+  if (threads >= 2 && m.cpu_distance.ns > kDiesApartNs) {
     warnings.push_back(fmt::format(
         "that is two dies (a cache line's round trip within one die reads under 200 ns), and a "
         "rank whose {} threads span them runs its memory-bound kernels 2-4x slower (the demo's "
@@ -234,9 +234,9 @@ CheckResult check_cores(const DoctorInput& in) {
   const std::string fits =
       fmt::format("{} rank(s) in this process × {} thread(s) on {} cores, {} NUMA node(s) of {}",
                   ranks_here, threads, m.cores, m.numa_nodes_spanned, m.numa_nodes) +
-      (m.cpu_round_trip_ns > 0 ? fmt::format(", CPUs {} and {} {:.0f} ns apart", m.round_trip_cpu_a,
-                                             m.round_trip_cpu_b, m.cpu_round_trip_ns)
-                               : std::string());
+      (m.cpu_distance.ns > 0 ? fmt::format(", CPUs {} and {} {:.0f} ns apart", m.cpu_distance.cpu_a,
+                                           m.cpu_distance.cpu_b, m.cpu_distance.ns)
+                             : std::string());
   if (!warnings.empty()) {
     r.verdict = Verdict::kWarn;
     r.saw = fits + "; " + fmt::format("{}", fmt::join(warnings, "; "));

@@ -63,12 +63,7 @@ MachineFacts observe_machine() {
   observe_numa(facts);
   facts.available_memory_bytes = available_memory_bytes();
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
-  const std::vector<int> cpus = affinity_cpus();
-  if (cpus.size() >= 2) {
-    facts.round_trip_cpu_a = cpus[0];
-    facts.round_trip_cpu_b = cpus[1];
-    facts.cpu_round_trip_ns = cache_line_round_trip_ns(cpus[0], cpus[1]);
-  }
+  facts.cpu_distance = first_cpus_distance();
   return facts;
 }
 

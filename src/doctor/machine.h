@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "core/core_latency.h"
+
 namespace lattice::doctor {
 
 struct MachineFacts {
@@ -17,10 +19,9 @@ struct MachineFacts {
   int numa_nodes_spanned = 1;                  // that the affinity's cores belong to
   int64_t available_memory_bytes = -1;         // /proc/meminfo MemAvailable; -1 unknown
   std::optional<std::string> omp_num_threads;  // OMP_NUM_THREADS as set, if it is
-  // A cache line's round trip between the affinity's first two CPUs (core/core_latency.h), and
-  // which they are; 0: not measured (one CPU). A host may place a VM's CPUs on different dies.
-  double cpu_round_trip_ns = 0;
-  int round_trip_cpu_a = 0, round_trip_cpu_b = 1;
+  // A cache line's round trip between the affinity's first two CPUs (core/core_latency.h); ns 0:
+  // not measured (one CPU). A host may place a VM's CPUs on different dies.
+  CpuDistance cpu_distance;
 };
 
 MachineFacts observe_machine();

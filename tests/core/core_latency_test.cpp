@@ -21,6 +21,10 @@ TEST(CoreLatency, TwoCpusOfTheProcessHaveAPositiveBoundedRoundTrip) {
   // helper under a loaded test run without letting a broken measurement through.
   EXPECT_LT(ns, 1e5);
   EXPECT_EQ(affinity_cpus(), cpus) << "the caller's CPU mask is restored";
+  const CpuDistance first = first_cpus_distance();  // what the benchmarks and the doctor print
+  EXPECT_EQ(first.cpu_a, cpus[0]);
+  EXPECT_EQ(first.cpu_b, cpus[1]);
+  EXPECT_GT(first.ns, 0.0);
 }
 
 TEST(CoreLatency, TheSameCpuOrOneOutsideTheProcessIsNotMeasured) {

@@ -41,7 +41,8 @@ MachineFacts roomy_machine() {
           .numa_nodes = 1,
           .numa_nodes_spanned = 1,
           .available_memory_bytes = int64_t(16) << 30,
-          .omp_num_threads = std::nullopt};
+          .omp_num_threads = std::nullopt,
+          .cpu_distance = {}};  // not measured: its own test sets it
 }
 
 DoctorInput input_for(const TrainConfig& config, bool probe, const ProbeOptions& options = {}) {
@@ -165,7 +166,7 @@ TEST(Doctor, ARanksThreadsOnCpusFarApartWarnCores) {
   TrainConfig two_threads = tiny(1, 1);
   two_threads.threads = 2;
   DoctorInput input = input_for(two_threads, false);
-  input.machine.cpu_round_trip_ns = 320;
+  input.machine.cpu_distance.ns = 320;
   std::vector<CheckResult> results = run_checks(input);
   EXPECT_EQ(with_verdict(results, Verdict::kWarn), std::set<std::string>{"cores"})
       << all_text(results);
@@ -173,10 +174,10 @@ TEST(Doctor, ARanksThreadsOnCpusFarApartWarnCores) {
   EXPECT_NE(far.saw.find("CPUs 0 and 1 320 ns apart; that is two dies"), std::string::npos)
       << far.saw;
   EXPECT_NE(far.fix.find("give each core a rank of its own"), std::string::npos) << far.fix;
-  input.machine.cpu_round_trip_ns = 60;
+  input.machine.cpu_distance.ns = 60;
   EXPECT_EQ(result_of(run_checks(input), "cores").verdict, Verdict::kPass);
   DoctorInput one_thread_each = input_for(tiny(2, 1), false);
-  one_thread_each.machine.cpu_round_trip_ns = 320;
+  one_thread_each.machine.cpu_distance.ns = 320;
   EXPECT_EQ(result_of(run_checks(one_thread_each), "cores").verdict, Verdict::kPass);
 }
 
