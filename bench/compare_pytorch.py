@@ -267,8 +267,8 @@ def compare_gemms(args, torch):
                 r["lattice"] += calls * flops / (float(f["alone_gflops"]) * 1e9)
                 r["torch"] += calls * torch_gemm_seconds(torch, f, t, args.gemm_repeats)
             print(f"# {p}, {t} thread(s): GFLOP/s of each role in Lattice's step, alone in "
-                  "Lattice (oneDNN) and alone in PyTorch; 'of best' = the step's rate over the "
-                  "faster library's")
+                  "Lattice's faster library (oneDNN, or oneMKL where setup unpacked it) and alone "
+                  "in PyTorch; 'of best' = the step's rate over the fastest library's")
             print(f"#   {'role':<24} {'step':>8} {'lattice':>8} {'pytorch':>8} {'of best':>8}")
             total_step = total_best = 0.0
             for role in sorted(roles, key=lambda x: -step.get(x, 0)):

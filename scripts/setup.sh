@@ -40,3 +40,38 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# Intel oneMKL from PyPI (the vendor's own wheels; Debian's intel-mkl is 2020, before AMX):
+# a second GEMM library that lattice::matmul can run (train.gemm_library = "mkl") and that the
+# benchmarks time beside oneDNN. Unpacked into .deps/ of this checkout (git ignores it); the
+# wheels are only downloaded, never installed into a Python. Without network it is skipped and
+# Lattice builds with oneDNN alone.
+mkl_version=2026.2.1
+mkl_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps/mkl-$mkl_version"
+if [[ -f "$mkl_dir/include/mkl.h" && -f "$mkl_dir/lib/libmkl_core.so.3" ]]; then
+  echo "setup: oneMKL $mkl_version present"
+else
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  wheels="$(mktemp -d)"
+  if python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+      -d "$wheels" "mkl==$mkl_version" "mkl-include==$mkl_version"; then
+    rm -rf "$mkl_dir" && mkdir -p "$mkl_dir"
+    for wheel in "$wheels"/*.whl; do python3 -m zipfile -e "$wheel" "$wheels/unpacked"; done
+    cp -r "$wheels"/unpacked/*.data/data/include "$mkl_dir"/
+    mkdir -p "$mkl_dir/lib"
+    # The LP64 interface, the GNU OpenMP threading layer, the core and the per-CPU kernels the
+    # core loads at run time; not ScaLAPACK, BLACS, TBB or Intel's OpenMP.
+    for lib in intel_lp64 gnu_thread core def mc3 avx2 avx512 avx10; do
+      cp "$wheels"/unpacked/*.data/data/lib/libmkl_$lib.so.* "$mkl_dir/lib/"
+    done
+    echo "setup: oneMKL $mkl_version unpacked into $mkl_dir"
+  else
+    echo "setup: could not download oneMKL $mkl_version from PyPI; building with oneDNN alone"
+  fi
+  rm -rf "$wheels"
+fi

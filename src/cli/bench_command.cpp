@@ -1,10 +1,10 @@
 // `lattice bench train` and `lattice bench calibrate`.
 //
 //   lattice bench train --preset gpt2-124m --batch 4 --seq 256 --steps 5 --threads 1,2
-//       --precision fp32,bf16
-// times full training steps (forward + backward + clip + AdamW, random tokens) per precision ×
-// thread count and reports tokens/s, ms/step (median), model FLOP/s (6·N + 12·L·C·T per token)
-// and their fraction of the bf16 GEMM ceiling measured in the same run on the same threads.
+//       --precision fp32,bf16 [--gemm-library onednn,mkl] [--profile]
+// times full training steps (forward + backward + clip + AdamW, random tokens) per GEMM library ×
+// precision × thread count and reports tokens/s, ms/step (median), model FLOP/s (6·N + 12·L·C·T per
+// token) and their fraction of the bf16 GEMM ceiling measured in the same run on the same threads.
 //
 //   lattice bench calibrate --out cluster_profile.json [--threads 1] [--quick]
 // measures GEMM throughput by shape and precision, memcpy bandwidth and the in-process
@@ -52,6 +52,7 @@ struct BenchTrainArgs {
   std::vector<int64_t> ceiling_shape{4096, 768, 3072};  // M, K, N of the bf16 GEMM ceiling
   int gemm_repeats = 5;
   bool profile = false;  // --profile: each row's step split into its kernels
+  std::vector<std::string> gemm_libraries{"onednn"};  // matmul's library, one row set each
 };
 
 // Each byte read once and written once.
@@ -59,26 +60,50 @@ double memcpy_traffic_bytes_per_s(size_t bytes) {
   return 2.0 * double(bytes) / memcpy_seconds(bytes);
 }
 
-// Each distinct GEMM problem of the profiled kernels timed alone, in the same library on the
-// same threads (best of `repeats`). Kernels without GEMMs through lattice::matmul (attention's
-// own tiles, the memory-bound ones) have none.
-std::map<GemmProblem, double> gemm_seconds_alone(const KernelProfile& profile, int threads,
-                                                 int repeats) {
-  std::map<GemmProblem, double> best;
+// One GEMM problem timed alone: the fastest library's seconds per call, which library that
+// was, and each library's rate.
+struct GemmAlone {
+  double seconds = 0;
+  GemmLibrary fastest = GemmLibrary::kOneDnn;
+  std::map<GemmLibrary, double> gflops;
+};
+
+// Each distinct GEMM problem of the profiled kernels timed alone in every library this build has
+// (oneDNN; oneMKL where setup found it), on the same threads, best of `repeats` each: "the best
+// rate any available library reaches" for the problem. Kernels without GEMMs through
+// lattice::matmul (attention's own tiles, the memory-bound ones) have none. The library chosen
+// for the run is chosen again afterwards.
+std::map<GemmProblem, GemmAlone> gemm_seconds_alone(const KernelProfile& profile, int threads,
+                                                    int repeats) {
+  const GemmLibrary chosen = gemm_library();
+  std::map<GemmProblem, GemmAlone> alone;
   for (const auto& [name, t] : profile.totals()) {
     for (const auto& [problem, calls] : t.gemm_problems) {
-      if (problem.m == 0 || problem.k == 0 || problem.n == 0 || best.contains(problem)) continue;
-      best.emplace(problem, measure_gemm_seconds(problem, threads, repeats));
+      if (problem.m == 0 || problem.k == 0 || problem.n == 0 || alone.contains(problem)) continue;
+      GemmAlone entry;
+      for (GemmLibrary library : available_gemm_libraries()) {
+        set_gemm_library(library);
+        const double seconds = measure_gemm_seconds(problem, threads, repeats);
+        entry.gflops[library] = problem.flops() / seconds / 1e9;
+        if (entry.seconds == 0 || seconds < entry.seconds) {
+          entry.seconds = seconds;
+          entry.fastest = library;
+        }
+      }
+      alone.emplace(problem, entry);
     }
   }
-  return best;
+  set_gemm_library(chosen);
+  return alone;
 }
 
-// The seconds a kernel's GEMMs take alone (0: none).
-double kernel_seconds_alone(const KernelTotals& t, const std::map<GemmProblem, double>& alone) {
+// The seconds a kernel's GEMMs take alone in the fastest library (0: none).
+double kernel_seconds_alone(const KernelTotals& t, const std::map<GemmProblem, GemmAlone>& alone) {
   double seconds = 0;
   for (const auto& [problem, calls] : t.gemm_problems) {
-    if (auto it = alone.find(problem); it != alone.end()) seconds += double(calls) * it->second;
+    if (auto it = alone.find(problem); it != alone.end()) {
+      seconds += double(calls) * it->second.seconds;
+    }
   }
   return seconds;
 }
@@ -86,19 +111,37 @@ double kernel_seconds_alone(const KernelTotals& t, const std::map<GemmProblem, d
 // One line per (kernel, problem), key=value, for a script to pose the same problems to another
 // library (bench/compare_pytorch.py --gemms).
 void print_gemm_problems(const KernelProfile& profile, int steps,
-                         const std::map<GemmProblem, double>& alone) {
+                         const std::map<GemmProblem, GemmAlone>& alone) {
   for (const auto& [name, t] : profile.totals()) {
     for (const auto& [problem, calls] : t.gemm_problems) {
       auto it = alone.find(problem);
       if (it == alone.end()) continue;
+      std::string per_library;
+      for (const auto& [library, gflops] : it->second.gflops) {
+        per_library += fmt::format(" {}_gflops={:.1f}", gemm_library_key(library), gflops);
+      }
       fmt::print(
           "# gemm-problem role=\"{}\" m={} k={} n={} transpose_a={:d} transpose_b={:d} "
-          "accumulate={:d} bias={:d} input={} output={} calls_per_step={:g} alone_gflops={:.1f}\n",
+          "accumulate={:d} bias={:d} input={} output={} calls_per_step={:g} alone_gflops={:.1f} "
+          "alone_library={}{}\n",
           name, problem.m, problem.k, problem.n, problem.transpose_a, problem.transpose_b,
           problem.accumulate, problem.bias, dtype_name(problem.input), dtype_name(problem.output),
-          double(calls) / steps, problem.flops() / it->second / 1e9);
+          double(calls) / steps, problem.flops() / it->second.seconds / 1e9,
+          gemm_library_key(it->second.fastest), per_library);
     }
   }
+}
+
+// "oneDNN 2.6.3 on 14 problems, oneMKL 2026.2 on 1": which library was fastest alone, how often.
+std::string fastest_libraries(const std::map<GemmProblem, GemmAlone>& alone) {
+  std::map<GemmLibrary, int> wins;
+  for (const auto& [problem, entry] : alone) ++wins[entry.fastest];
+  std::string out;
+  for (const auto& [library, count] : wins) {
+    out += fmt::format("{}{} on {} problem{}", out.empty() ? "" : ", ", gemm_library_name(library),
+                       count, count == 1 ? "" : "s");
+  }
+  return out;
 }
 
 // The timed steps' kernels, slowest first: time per step and share of the step, the rate each
@@ -107,7 +150,7 @@ void print_gemm_problems(const KernelProfile& profile, int steps,
 // problems run alone, and the step's time no kernel holds.
 void print_kernel_profile(const KernelProfile& profile, int steps, double step_ms,
                           double gemm_ceiling, double memory_roof,
-                          const std::map<GemmProblem, double>& alone) {
+                          const std::map<GemmProblem, GemmAlone>& alone) {
   std::vector<std::pair<std::string, KernelTotals>> rows(profile.totals().begin(),
                                                          profile.totals().end());
   std::sort(rows.begin(), rows.end(),
@@ -146,9 +189,11 @@ void print_kernel_profile(const KernelProfile& profile, int steps, double step_m
       "other", "", step_ms - kernel_ms, 100 * (step_ms - kernel_ms) / step_ms);
   if (gemm_seconds > 0) {
     fmt::print(
-        "# the step's GEMMs ran at {:.0f}% of the same problems' rate alone (lattice::matmul, "
-        "{}, same threads, best of the repeats); the slowest against its own: {} at {:.0f}%\n",
-        100 * gemm_alone / gemm_seconds, matmul_library_name(), slowest, 100 * slowest_fraction);
+        "# the step's GEMMs ({}) ran at {:.0f}% of the same problems' rate alone in the fastest "
+        "library (same threads, best of the repeats; fastest: {}); the slowest against its "
+        "own: {} at {:.0f}%\n",
+        matmul_library_name(), 100 * gemm_alone / gemm_seconds, fastest_libraries(alone), slowest,
+        100 * slowest_fraction);
     print_gemm_problems(profile, steps, alone);
   }
 }
@@ -164,6 +209,8 @@ void run_bench_train(BenchTrainArgs args) {
   }
   const GemmShape ceiling_shape{args.ceiling_shape[0], args.ceiling_shape[1],
                                 args.ceiling_shape[2]};
+  std::vector<GemmLibrary> libraries;
+  for (const std::string& key : args.gemm_libraries) libraries.push_back(parse_gemm_library(key));
   TrainBenchmarkConfig config;
   config.model = model_preset(args.preset);
   config.batch = args.batch;
@@ -176,8 +223,9 @@ void run_bench_train(BenchTrainArgs args) {
              args.preset, args.batch, args.seq, tokens_per_step, args.warmup, args.steps);
   fmt::print("# machine at start: {}\n", machine_state());
   fmt::print("# model FLOPs/token = 6*N + 12*L*C*T (PaLM, full attention)\n");
-  fmt::print("# baseline (same run): bf16 lattice::matmul M={} K={} N={}, best of {}\n",
-             ceiling_shape.m, ceiling_shape.k, ceiling_shape.n, args.gemm_repeats);
+  fmt::print("# baseline (same run): bf16 lattice::matmul ({}) M={} K={} N={}, best of {}\n",
+             matmul_library_name(), ceiling_shape.m, ceiling_shape.k, ceiling_shape.n,
+             args.gemm_repeats);
   std::vector<double> ceiling;
   for (int t : args.threads) {
     ceiling.push_back(measure_gemm_flops(ceiling_shape, DType::kBF16, t, args.gemm_repeats));
@@ -211,37 +259,43 @@ void run_bench_train(BenchTrainArgs args) {
     fmt::print("# profile roof: memcpy of 256 MiB, {:.1f} GB/s (read + write)\n",
                memory_roof / 1e9);
   }
-  fmt::print("# {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>16}\n", "precision", "threads",
-             "ms/step", "min ms", "max ms", "tok/s", "model GF/s", "%ceiling", "loss first->last");
-  for (const std::string& precision : args.precisions) {
-    config.precision = parse_precision(precision);
-    for (size_t i = 0; i < args.threads.size(); ++i) {
-      config.threads = args.threads[i];
-      KernelProfile profile;
-      config.profile = args.profile ? &profile : nullptr;
-      const TrainBenchmarkResult r = run_train_benchmark(config);
-      const double tokens_per_s = r.tokens_per_s(tokens_per_step);
-      const double model_flops = tokens_per_s * r.flops_per_token;
-      fmt::print(
-          "  {:>9} {:>7} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.1f} {:>8.1f}% "
-          "{:>7.3f}->{:.3f}\n",
-          precision, config.threads, r.median_ms(),
-          *std::min_element(r.step_ms.begin(), r.step_ms.end()),
-          *std::max_element(r.step_ms.begin(), r.step_ms.end()), tokens_per_s, model_flops / 1e9,
-          100 * model_flops / ceiling[i], r.losses.front(), r.losses.back());
-      if (args.profile) {
-        double total_ms = 0;
-        for (const double ms : r.step_ms) total_ms += ms;
-        fmt::print("# profile of the {} {} thread(s) row: mean of {} timed steps, {:.1f} ms\n",
-                   precision, config.threads, r.step_ms.size(), total_ms / r.step_ms.size());
-        print_kernel_profile(profile, int(r.step_ms.size()), total_ms / r.step_ms.size(),
-                             profile_ceiling[precision][i], memory_roof,
-                             gemm_seconds_alone(profile, config.threads, args.gemm_repeats));
-      }
-      std::fflush(stdout);  // rows arrive minutes apart: show each as it is measured
-      if (i == 0 && precision == args.precisions.front()) {
-        fmt::print("#   (N = {} parameters, {:.3g} model FLOPs/token)\n", r.parameters,
-                   r.flops_per_token);
+  fmt::print("# {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>16} {}\n", "precision",
+             "threads", "ms/step", "min ms", "max ms", "tok/s", "model GF/s", "%ceiling",
+             "loss first->last", "gemms");
+  for (const GemmLibrary library : libraries) {
+    config.gemm_library = library;
+    for (const std::string& precision : args.precisions) {
+      config.precision = parse_precision(precision);
+      for (size_t i = 0; i < args.threads.size(); ++i) {
+        config.threads = args.threads[i];
+        KernelProfile profile;
+        config.profile = args.profile ? &profile : nullptr;
+        const TrainBenchmarkResult r = run_train_benchmark(config);
+        const double tokens_per_s = r.tokens_per_s(tokens_per_step);
+        const double model_flops = tokens_per_s * r.flops_per_token;
+        fmt::print(
+            "  {:>9} {:>7} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.1f} {:>8.1f}% "
+            "{:>7.3f}->{:.3f} {}\n",
+            precision, config.threads, r.median_ms(),
+            *std::min_element(r.step_ms.begin(), r.step_ms.end()),
+            *std::max_element(r.step_ms.begin(), r.step_ms.end()), tokens_per_s, model_flops / 1e9,
+            100 * model_flops / ceiling[i], r.losses.front(), r.losses.back(),
+            gemm_library_key(library));
+        if (args.profile) {
+          double total_ms = 0;
+          for (const double ms : r.step_ms) total_ms += ms;
+          fmt::print("# profile of the {} {} thread(s) {} row: mean of {} timed steps, {:.1f} ms\n",
+                     precision, config.threads, gemm_library_key(library), r.step_ms.size(),
+                     total_ms / r.step_ms.size());
+          print_kernel_profile(profile, int(r.step_ms.size()), total_ms / r.step_ms.size(),
+                               profile_ceiling[precision][i], memory_roof,
+                               gemm_seconds_alone(profile, config.threads, args.gemm_repeats));
+        }
+        std::fflush(stdout);  // rows arrive minutes apart: show each as it is measured
+        if (i == 0 && precision == args.precisions.front() && library == libraries.front()) {
+          fmt::print("#   (N = {} parameters, {:.3g} model FLOPs/token)\n", r.parameters,
+                     r.flops_per_token);
+        }
       }
     }
   }
@@ -436,6 +490,11 @@ void register_bench_command(CLI::App& app) {
       ->check(positive_number());
   t->add_flag("--profile", train->profile,
               "split each row's step into its kernels: time, share, rate against the roof");
+  t->add_option("--gemm-library", train->gemm_libraries,
+                "matmul's library for the rows, e.g. onednn,mkl (default onednn); --profile "
+                "times each GEMM alone in every library either way")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"onednn", "mkl"}));
   t->callback([train] { run_bench_train(*train); });
 
   auto cal = std::make_shared<CalibrateArgs>();

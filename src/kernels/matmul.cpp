@@ -1,4 +1,5 @@
-// matmul through oneDNN's matmul primitive (CPU engine, OpenMP runtime).
+// matmul through oneDNN's matmul primitive (CPU engine, OpenMP runtime), or through oneMKL
+// (matmul_mkl.cpp) when that library is chosen; the arguments are checked here for both.
 //
 // Transposes are expressed as strides in the memory descriptors, never as copies: a stored
 // (K, M) is described as a logical (M, K) with strides (1, M). `accumulate` is a sum post-op,
@@ -10,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <unordered_map>
@@ -17,6 +19,7 @@
 
 #include "core/kernel_profile.h"
 #include "core/thread_budget.h"
+#include "kernels/matmul_mkl.h"
 
 #if defined(LATTICE_USE_OPENMP)
 #include <omp.h>
@@ -27,6 +30,9 @@ namespace lattice {
 namespace {
 
 constexpr std::string_view kOp = "matmul";
+
+// The process-wide library choice (set_gemm_library).
+std::atomic<GemmLibrary> chosen_library{GemmLibrary::kOneDnn};
 // Distinct problems a thread keeps prepared. A dense training step uses a few dozen, a sparse
 // one a few hundred (each expert's rows come in a few sizes per octave); the cap only bounds
 // memory if a caller sweeps shapes (e.g. variable sequence lengths).
@@ -278,6 +284,10 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
     write_empty_product(out, bias, options.accumulate);
     return;
   }
+  if (gemm_library() == GemmLibrary::kMkl) {
+    mkl_gemm::run(problem, problem.threads, out, a, b, bias);
+    return;
+  }
   const PreparedMatmul& prepared = prepared_matmul(problem);
   dnnl::engine& engine = cpu_engine();
   // Widened bf16: f32 copies of the operands (and of a bf16 output) in per-thread scratch.
@@ -345,7 +355,50 @@ std::string matmul_implementation(int64_t m, int64_t n, int64_t k, DType input, 
   p.output = output;
   p.accumulate = options.accumulate;
   p.threads = current_threads();
+  if (gemm_library() == GemmLibrary::kMkl) return mkl_gemm::implementation(p);
   return prepared_matmul(p).implementation;
+}
+
+std::vector<GemmLibrary> available_gemm_libraries() {
+  std::vector<GemmLibrary> libraries{GemmLibrary::kOneDnn};
+  if (mkl_gemm::linked()) libraries.push_back(GemmLibrary::kMkl);
+  return libraries;
+}
+
+std::string_view gemm_library_key(GemmLibrary library) {
+  return library == GemmLibrary::kMkl ? "mkl" : "onednn";
+}
+
+GemmLibrary parse_gemm_library(std::string_view key) {
+  if (key == "onednn") return GemmLibrary::kOneDnn;
+  if (key == "mkl") {
+    if (!mkl_gemm::linked()) {
+      LATTICE_THROW(ValueError,
+                    "gemm library 'mkl': this build has no oneMKL ---> HINT: run "
+                    "scripts/setup.sh (it unpacks oneMKL from PyPI into .deps/) and build "
+                    "again, or choose \"onednn\"");
+    }
+    return GemmLibrary::kMkl;
+  }
+  LATTICE_THROW(ValueError, "gemm library '{}' is not one of: onednn, mkl{}", key,
+                mkl_gemm::linked() ? "" : " (mkl: not in this build)");
+}
+
+void set_gemm_library(GemmLibrary library) {
+  if (library == GemmLibrary::kMkl && !mkl_gemm::linked()) {
+    parse_gemm_library("mkl");  // throws the error that names the fix
+  }
+  chosen_library.store(library);
+}
+
+GemmLibrary gemm_library() {
+  return chosen_library.load();
+}
+
+std::string gemm_library_name(GemmLibrary library) {
+  if (library == GemmLibrary::kMkl) return mkl_gemm::library_name();
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
 }
 
 MatmulCacheStats matmul_cache_stats() {
@@ -353,8 +406,7 @@ MatmulCacheStats matmul_cache_stats() {
 }
 
 std::string matmul_library_name() {
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
+  return gemm_library_name(gemm_library());
 }
 
 void matmul_cache_clear() {

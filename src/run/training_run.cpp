@@ -22,6 +22,7 @@
 #include "core/thread_budget.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
+#include "kernels/matmul.h"
 #include "model/generate.h"
 #include "parallel/rank_sum.h"
 #include "run/live_progress.h"
@@ -382,7 +383,9 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
         "of T={} ({} tokens) | {} steps | mesh {} on {}: {} rank(s) x {} thread(s){}{}{}{}{}, "
         "fp32 peak {:.1f} GFLOP/s\n",
         config.model.name, trainer.model().registry().global_elements(),
-        config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
+        fmt::format("{}, GEMMs in {}",
+                    config.compute_dtype == DType::kBF16 ? "bf16 compute, fp32 master" : "fp32",
+                    matmul_library_name()),
         config.global_batch, config.micro_batch, config.micro_batches, layout.dp, config.seq_len,
         config.tokens_per_step(), config.steps, mesh.shape().to_string(),
         transport_name(layout.transport), world, threads,

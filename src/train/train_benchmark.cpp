@@ -87,6 +87,7 @@ TrainConfig benchmark_train_config(const TrainBenchmarkConfig& config) {
   train.lr = train.min_lr = config.lr;  // constant
   train.steps = config.warmup_steps + config.steps;
   train.compute_dtype = config.precision;
+  train.gemm_library = config.gemm_library;
   train.seed = config.seed;
   train.threads = config.threads;
   return train;

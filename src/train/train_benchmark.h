@@ -25,6 +25,7 @@ struct TrainBenchmarkConfig {
   int warmup_steps = 2;
   int steps = 5;                  // timed steps
   DType precision = DType::kF32;  // compute dtype: kF32, or kBF16 with fp32 master weights
+  GemmLibrary gemm_library = GemmLibrary::kOneDnn;  // the library of every matmul in the steps
   int threads = 1;
   uint64_t seed = 1337;
   float lr = 1e-4f;  // AdamW learning rate of every step (constant)

@@ -118,6 +118,15 @@ DType get_precision(const toml::node& node, const std::string& key) {
                 name);
 }
 
+GemmLibrary get_gemm_library(const toml::node& node, const std::string& key) {
+  const std::string name = get_string(node, key);
+  try {
+    return parse_gemm_library(name);
+  } catch (const ValueError& e) {
+    LATTICE_THROW(ConfigError, "config key '{}': {}", key, e.what());
+  }
+}
+
 TransportKind get_transport(const toml::node& node, const std::string& key) {
   const std::string name = get_string(node, key);
   if (name != "threads" && name != "mpi" && name != "gloo") {
@@ -268,6 +277,7 @@ const std::map<std::string, Setter>& setters() {
       {"optim.grad_clip", set(get_float, &T::grad_clip)},
       {"train.steps", set(get_positive, &T::steps)},
       {"train.precision", set(get_precision, &T::compute_dtype)},
+      {"train.gemm_library", set(get_gemm_library, &T::gemm_library)},
       {"train.seed", set(get_non_negative, &T::seed)},
       {"train.threads", set(get_non_negative, &T::threads)},
       {"train.log_interval", set(get_positive, &T::log_interval)},

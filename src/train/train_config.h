@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "data/data_position.h"
 #include "kernels/adamw.h"
+#include "kernels/matmul.h"
 #include "model/config.h"
 #include "spec/model_kinds.h"
 #include "spec/pipeline_schedule.h"
@@ -95,6 +96,8 @@ struct TrainConfig {
   // train
   int64_t steps = 100;
   DType compute_dtype = DType::kF32;  // "fp32" | "bf16" (bf16 compute, fp32 master weights)
+  // "onednn" | "mkl": the library every matmul of the run calls (kernels/matmul.h).
+  GemmLibrary gemm_library = GemmLibrary::kOneDnn;
   uint64_t seed = 1337;
   int threads = 0;  // per rank; 0: all available cores
   int64_t log_interval = 1;

@@ -157,6 +157,7 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
                       : config_.threads > 0 ? config_.threads
                                             : std::max(1, available_cores() / ranks);
   set_thread_budget(threads);
+  set_gemm_library(config_.gemm_library);  // process-wide; every rank sets the same one
 
   train_loader_ =
       make_loader(std::move(data.train), config_, config_.data_mode, config_.global_batch);

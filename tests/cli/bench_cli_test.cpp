@@ -148,9 +148,9 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
                      "--ceiling-shape", "64,64,64", "--gemm-repeats", "1"}),
               kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_NE(r.out.find("# baseline (same run): bf16 lattice::matmul M=64 K=64 N=64"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("# baseline (same run): bf16 lattice::matmul (oneDNN "), std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find(") M=64 K=64 N=64, best of 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(N = 120576 parameters"), std::string::npos) << r.out;
   // The machine at start and end: the load, and on two CPUs or more how far apart the host put
   // the first two (core/core_latency.h).
@@ -172,8 +172,9 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
       << r.out;
   const std::vector<std::vector<std::string>> table = rows(r.out);
   ASSERT_EQ(table.size(), 1u) << r.out;
-  ASSERT_EQ(table[0].size(), 9u) << r.out;
+  ASSERT_EQ(table[0].size(), 10u) << r.out;
   EXPECT_EQ(table[0][0], "fp32");
+  EXPECT_EQ(table[0][9], "onednn") << r.out;  // the GEMM library of the row, the default
   EXPECT_TRUE(table[0][7].ends_with("%")) << r.out;
   EXPECT_GT(std::stod(table[0][7]), 0.0) << r.out;
 }
@@ -251,8 +252,10 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
     }
   }
   EXPECT_FALSE(versus_alone.contains("attention fwd")) << r.out;
-  EXPECT_NE(r.out.find("# the step's GEMMs ran at "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(lattice::matmul, oneDNN "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# the step's GEMMs (oneDNN "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of the same problems' rate alone in the fastest library"),
+            std::string::npos)
+      << r.out;
   // And each role's problems, one key=value line each, for another library to be posed them.
   for (const auto& [name, k] : kernels) {
     if (!name.starts_with("gemm ")) continue;
@@ -266,6 +269,43 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
     EXPECT_GT(std::stod(rest.substr(rate + 14)), 0.0) << rest;
   }
 }
+
+#if defined(LATTICE_HAVE_MKL)
+// --gemm-library onednn,mkl: a row per library in one run, and under --profile every GEMM
+// problem timed alone in both libraries, the faster one named, whichever library the row used.
+TEST(BenchCli, TrainRunsARowPerGemmLibraryAndTimesEachProblemInBoth) {
+  const CliResult r = run_cli(
+      bench(
+          {"train", "--preset",       "gpt2-tiny",  "--batch",         "2",        "--seq",
+           "16",    "--steps",        "2",          "--warmup",        "1",        "--threads",
+           "1",     "--precision",    "fp32",       "--ceiling-shape", "64,64,64", "--gemm-repeats",
+           "1",     "--gemm-library", "onednn,mkl", "--profile"}),
+      kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const std::vector<std::vector<std::string>> table = rows(r.out);
+  ASSERT_EQ(table.size(), 2u) << r.out;
+  EXPECT_EQ(table[0].back(), "onednn") << r.out;
+  EXPECT_EQ(table[1].back(), "mkl") << r.out;
+  // Both rows trained the same model from the same tokens: the same first loss to fp32 rounding.
+  const std::string first_a = table[0][8].substr(0, table[0][8].find("->"));
+  const std::string first_b = table[1][8].substr(0, table[1][8].find("->"));
+  EXPECT_NEAR(std::stod(first_a), std::stod(first_b), 1e-3) << r.out;
+  EXPECT_NE(r.out.find("# the step's GEMMs (oneMKL 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# profile of the fp32 1 thread(s) mkl row"), std::string::npos) << r.out;
+  int problems = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("# gemm-problem ")) continue;
+    ++problems;
+    EXPECT_NE(line.find(" onednn_gflops="), std::string::npos) << line;
+    EXPECT_NE(line.find(" mkl_gflops="), std::string::npos) << line;
+    const bool named = line.find(" alone_library=onednn") != std::string::npos ||
+                       line.find(" alone_library=mkl") != std::string::npos;
+    EXPECT_TRUE(named) << line;
+  }
+  EXPECT_GE(problems, 2 * 9) << r.out;  // both rows: 9 roles or more each
+}
+#endif
 
 TEST(BenchCli, TrainRefusesAnUnknownPrecision) {
   const CliResult r = run_cli(

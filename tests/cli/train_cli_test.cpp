@@ -84,6 +84,25 @@ TEST_F(TrainCli, OversubscribeRunsALayoutLargerThanTheMachineToTheSingleRanksLos
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << i;
 }
 
+#if defined(LATTICE_HAVE_MKL)
+// train.gemm_library = "mkl" through the command: the start line names oneMKL, and the run
+// trains to oneDNN's losses within fp32 rounding.
+TEST_F(TrainCli, TheGemmLibraryOfTheConfigRunsAndTrainsToTheSameLosses) {
+  const auto dir = std::filesystem::path(*data_);
+  const CliResult mkl =
+      run_cli(train(dir / "mkl.jsonl", {"--set", "train.gemm_library=mkl"}), kLimitS);
+  ASSERT_EQ(mkl.exit_code, 0) << mkl.all();
+  EXPECT_NE(mkl.out.find("fp32, GEMMs in oneMKL 20"), std::string::npos) << mkl.out;
+  const CliResult onednn = run_cli(train(dir / "onednn.jsonl", {}), kLimitS);
+  ASSERT_EQ(onednn.exit_code, 0) << onednn.all();
+  EXPECT_NE(onednn.out.find("fp32, GEMMs in oneDNN "), std::string::npos) << onednn.out;
+  const std::vector<double> a = losses(dir / "mkl.jsonl"), b = losses(dir / "onednn.jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << i;
+}
+#endif
+
 // A mixture-of-experts model through the command: the progress lines and the metrics carry the
 // routers' loss and the experts' loads, tensor parallelism (every expert split over 2 ranks)
 // trains to the single rank's losses, `doctor --run` judges the routing, and a layout the sparse
@@ -346,6 +365,7 @@ TEST_F(TrainCli, AMisspeltChoiceIsRefusedWithTheChoicesBeforeAnyRankStarts) {
       {{"--transport", "tcp"}, "gloo"},
       {{"--set", "data.mode=random"}, "shuffled"},
       {{"--set", "data.tokenizer=bpe9"}, "byte"},
+      {{"--set", "train.gemm_library=cublas"}, "onednn, mkl"},
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(train(dir / "choices.jsonl", c.flags), kLimitS);

@@ -139,14 +139,32 @@ double f32_tolerance(Dims d) {
 
 const Dims kShapes[] = {{1, 1, 1}, {7, 13, 5}, {16, 24, 33}, {3, 70, 17}};
 
-std::string f32_case_name(const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
-  return std::string(std::get<0>(info.param) ? "At" : "A") + (std::get<1>(info.param) ? "Bt" : "B");
+// Runs a test with `library` chosen for matmul and oneDNN chosen again after it.
+class ChosenLibrary {
+ public:
+  explicit ChosenLibrary(GemmLibrary library) { set_gemm_library(library); }
+  ~ChosenLibrary() { set_gemm_library(GemmLibrary::kOneDnn); }
+  ChosenLibrary(const ChosenLibrary&) = delete;
+  ChosenLibrary& operator=(const ChosenLibrary&) = delete;
+};
+
+// Every value test runs once per library this build has (oneDNN; oneMKL where setup found it).
+const std::vector<GemmLibrary> kLibraries = available_gemm_libraries();
+
+std::string f32_case_name(
+    const ::testing::TestParamInfo<std::tuple<bool, bool, GemmLibrary>>& info) {
+  return std::string(std::get<0>(info.param) ? "At" : "A") +
+         (std::get<1>(info.param) ? "Bt" : "B") + "_" +
+         std::string(gemm_library_key(std::get<2>(info.param)));
 }
 
-class MatmulF32 : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+class MatmulF32 : public ::testing::TestWithParam<std::tuple<bool, bool, GemmLibrary>> {
+ protected:
+  ChosenLibrary library_{std::get<2>(GetParam())};
+};
 
 TEST_P(MatmulF32, MatchesDoubleReferenceForEveryShape) {
-  auto [transpose_a, transpose_b] = GetParam();
+  auto [transpose_a, transpose_b, library] = GetParam();
   for (Dims d : kShapes) {
     for (bool with_bias : {false, true}) {
       check_matmul(d, DType::kF32, DType::kF32, {transpose_a, transpose_b, false}, with_bias,
@@ -156,7 +174,7 @@ TEST_P(MatmulF32, MatchesDoubleReferenceForEveryShape) {
 }
 
 TEST_P(MatmulF32, AccumulateAddsToOut) {
-  auto [transpose_a, transpose_b] = GetParam();
+  auto [transpose_a, transpose_b, library] = GetParam();
   for (Dims d : kShapes) {
     check_matmul(d, DType::kF32, DType::kF32, {transpose_a, transpose_b, true}, false,
                  f32_tolerance(d));
@@ -164,21 +182,27 @@ TEST_P(MatmulF32, AccumulateAddsToOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transposes, MatmulF32,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()), f32_case_name);
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::ValuesIn(kLibraries)),
+                         f32_case_name);
 
-std::string bf16_case_name(const ::testing::TestParamInfo<std::tuple<bool, bool, DType>>& info) {
-  auto [transpose_a, transpose_b, output] = info.param;
+std::string bf16_case_name(
+    const ::testing::TestParamInfo<std::tuple<bool, bool, DType, GemmLibrary>>& info) {
+  auto [transpose_a, transpose_b, output, library] = info.param;
   return std::string(transpose_a ? "At" : "A") + (transpose_b ? "Bt" : "B") + "_out_" +
-         std::string(dtype_name(output));
+         std::string(dtype_name(output)) + "_" + std::string(gemm_library_key(library));
 }
 
-class MatmulBF16 : public ::testing::TestWithParam<std::tuple<bool, bool, DType>> {};
+class MatmulBF16 : public ::testing::TestWithParam<std::tuple<bool, bool, DType, GemmLibrary>> {
+ protected:
+  ChosenLibrary library_{std::get<3>(GetParam())};
+};
 
 // On bf16 inputs the kernel multiplies exactly and sums in fp32, so against a reference that
 // reads the same (rounded) inputs the fp32 bound holds. Accumulating in bf16 instead would miss
 // it by orders of magnitude at K = 512.
 TEST_P(MatmulBF16, AccumulatesInFp32) {
-  auto [transpose_a, transpose_b, output] = GetParam();
+  auto [transpose_a, transpose_b, output, library] = GetParam();
   for (Dims d : {Dims{1, 1, 1}, Dims{7, 13, 5}, Dims{5, 9, 512}}) {
     check_matmul(d, DType::kBF16, output, {transpose_a, transpose_b, false}, true,
                  f32_tolerance(d));
@@ -192,7 +216,7 @@ TEST_P(MatmulBF16, AccumulatesInFp32) {
 // ~2 * 2^-9 = 2^-8 relative; the fp32 accumulation adds only K * 2^-24, and a bf16 out adds one
 // more rounding of 2^-8 |ref| (added in check). The bound is linear in sum |a b|, not in K.
 TEST_P(MatmulBF16, StaysWithinBf16RoundingOfFp32) {
-  auto [transpose_a, transpose_b, output] = GetParam();
+  auto [transpose_a, transpose_b, output, library] = GetParam();
   Dims d{6, 11, 96};
   MatmulOptions options{transpose_a, transpose_b, false};
   Shape as = a_shape(d, options), bs = b_shape(d, options);
@@ -218,8 +242,99 @@ TEST_P(MatmulBF16, StaysWithinBf16RoundingOfFp32) {
 
 INSTANTIATE_TEST_SUITE_P(TransposesAndOutputs, MatmulBF16,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                                            ::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::ValuesIn(kLibraries)),
                          bf16_case_name);
+
+// The library chosen is the one that runs: its name and routine are what the reports print, and
+// its results differ from oneDNN's in the last bits (another summation order) while each is
+// reproducible call to call.
+TEST(MatmulLibraries, TheChosenLibraryRunsAndRepeatsItsBits) {
+#if defined(LATTICE_HAVE_MKL)
+  ASSERT_EQ(kLibraries.size(), 2u) << "this build linked oneMKL, so matmul must offer it";
+#else
+  ASSERT_EQ(kLibraries.size(), 1u);
+#endif
+  EXPECT_EQ(kLibraries.front(), GemmLibrary::kOneDnn);
+  EXPECT_EQ(gemm_library(), GemmLibrary::kOneDnn) << "oneDNN is the default";
+  const Dims d{33, 40, 1500};
+  Matrix a(d.m, d.k, DType::kF32, 11), b(d.k, d.n, DType::kF32, 12);
+  std::vector<std::vector<float>> results;
+  for (GemmLibrary library : kLibraries) {
+    ChosenLibrary chosen(library);
+    EXPECT_EQ(matmul_library_name(), gemm_library_name(library));
+    const std::string routine = matmul_implementation(8, 8, 8, DType::kBF16, DType::kF32);
+    if (library == GemmLibrary::kMkl) {
+      EXPECT_EQ(routine, "mkl:cblas_gemm_bf16bf16f32");
+      EXPECT_EQ(matmul_library_name().rfind("oneMKL 20", 0), 0u) << matmul_library_name();
+    } else {
+      EXPECT_EQ(routine.find("mkl"), std::string::npos) << routine;
+      EXPECT_EQ(matmul_library_name().rfind("oneDNN ", 0), 0u) << matmul_library_name();
+    }
+    Matrix first(d.m, d.n, DType::kF32, 13), second(d.m, d.n, DType::kF32, 14);
+    matmul(first.tensor, a.tensor, b.tensor);
+    matmul(second.tensor, a.tensor, b.tensor);
+    EXPECT_EQ(first.values, second.values) << gemm_library_key(library);
+    results.push_back(first.values);
+  }
+  if (results.size() == 2) {
+    // Equal bits from both would mean the choice was ignored.
+    EXPECT_NE(results[0], results[1]) << "oneMKL gave oneDNN's bits for a 1500-term sum";
+  }
+}
+
+TEST(MatmulLibraries, NamesParseAndUnknownOnesAreRefused) {
+  EXPECT_EQ(parse_gemm_library("onednn"), GemmLibrary::kOneDnn);
+  EXPECT_EQ(gemm_library_key(GemmLibrary::kMkl), "mkl");
+  try {
+    parse_gemm_library("cublas");
+    ADD_FAILURE() << "no exception for an unknown library";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("onednn, mkl"), std::string::npos) << e.what();
+  }
+#if defined(LATTICE_HAVE_MKL)
+  EXPECT_EQ(parse_gemm_library("mkl"), GemmLibrary::kMkl);
+#else
+  EXPECT_THROW(parse_gemm_library("mkl"), ValueError);
+  EXPECT_THROW(set_gemm_library(GemmLibrary::kMkl), ValueError);
+#endif
+}
+
+// In-process ranks call matmul at once on their own threads; with oneMKL each call runs on the
+// caller's thread budget (mkl_set_num_threads_local), as oneDNN's primitives do.
+TEST(MatmulLibraries, ConcurrentRankThreadsGetCorrectResultsInEveryLibrary) {
+  for (GemmLibrary library : kLibraries) {
+    ChosenLibrary chosen(library);
+    auto rank = [](int index, double* max_error) {
+      set_thread_budget(1);
+      Dims d{9 + index, 14, 31};
+      Matrix a(d.m, d.k, DType::kBF16, 50 + index), b(d.k, d.n, DType::kBF16, 60 + index);
+      Matrix out(d.m, d.n, DType::kBF16, 70);
+      std::vector<float> a_in, b_in;
+      for (int64_t i = 0; i < a.tensor.numel(); ++i) a_in.push_back(a.read(i));
+      for (int64_t i = 0; i < b.tensor.numel(); ++i) b_in.push_back(b.read(i));
+      Reference ref = reference_matmul(a_in, b_in, nullptr, nullptr, d, {});
+      *max_error = 0;
+      for (int call = 0; call < 20; ++call) {
+        matmul(out.tensor, a.tensor, b.tensor);
+        for (int64_t i = 0; i < d.m * d.n; ++i) {
+          double error = std::abs(out.read(i) - ref.value[size_t(i)]) / ref.scale[size_t(i)];
+          *max_error = std::max(*max_error, error);
+        }
+      }
+    };
+    double max_error[2] = {1, 1};
+    std::thread first(rank, 0, &max_error[0]);
+    std::thread second(rank, 1, &max_error[1]);
+    first.join();
+    second.join();
+    for (int r = 0; r < 2; ++r) {
+      // One bf16 rounding of the output on top of the fp32 sum.
+      EXPECT_LE(max_error[r], kBF16Unit + 2 * 33 * kF32Unit)
+          << gemm_library_key(library) << " rank " << r;
+    }
+  }
+}
 
 TEST(Matmul, WritesOnlyTheOutRowsOfAView) {
   // out is rows [1, 3) of a (4, 5) buffer; rows 0 and 3 must keep their sentinels.

@@ -181,6 +181,28 @@ transport = "gloo"
   EXPECT_THROW(parse_train_config("[parallel]\nschedule = \"1f2b\"\n", "t.toml"), ConfigError);
 }
 
+// train.gemm_library names the library of every matmul; one this build lacks is refused with
+// the key and the fix.
+TEST(TrainConfig, GemmLibraryIsOneThisBuildHas) {
+  EXPECT_EQ(TrainConfig{}.gemm_library, GemmLibrary::kOneDnn);
+  EXPECT_EQ(parse_train_config("[train]\ngemm_library = \"onednn\"\n", "t.toml").gemm_library,
+            GemmLibrary::kOneDnn);
+  try {
+    parse_train_config("[train]\ngemm_library = \"cublas\"\n", "t.toml");
+    ADD_FAILURE() << "an unknown GEMM library was accepted";
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("train.gemm_library"), std::string::npos) << message;
+    EXPECT_NE(message.find("onednn, mkl"), std::string::npos) << message;
+  }
+#if defined(LATTICE_HAVE_MKL)
+  EXPECT_EQ(parse_train_config("[train]\ngemm_library = \"mkl\"\n", "t.toml").gemm_library,
+            GemmLibrary::kMkl);
+#else
+  EXPECT_THROW(parse_train_config("[train]\ngemm_library = \"mkl\"\n", "t.toml"), ConfigError);
+#endif
+}
+
 TEST(TrainConfig, LayersPerChunkIsAListOfLayerCounts) {
   const TrainConfig c =
       parse_train_config("[parallel]\npp = 2\nlayers_per_chunk = [1, 3]\n", "test.toml");

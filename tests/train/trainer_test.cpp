@@ -54,6 +54,38 @@ TEST(Trainer, SameSeedTwiceIsBitwiseIdentical) {
   EXPECT_EQ(std::memcmp(a_params.data(), b_params.data(), a_params.size() * sizeof(float)), 0);
 }
 
+#if defined(LATTICE_HAVE_MKL)
+// train.gemm_library = "mkl": every GEMM of the step runs in oneMKL. The losses follow oneDNN's
+// to fp32 (bf16) rounding, differ from them in the last bits (so oneMKL really ran: another
+// summation order), and a second run repeats the first bit for bit.
+TEST(Trainer, OneMklGemmsTrackOneDnnAndRepeatBitForBit) {
+  auto dir = testing::make_corpus_dir("gemm_library");
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(precision));
+    TrainConfig onednn = small_config(dir);
+    onednn.compute_dtype = precision;
+    TrainConfig mkl = onednn;
+    mkl.gemm_library = GemmLibrary::kMkl;
+    std::vector<float> mkl_params, mkl_again_params;
+    const auto a = losses_of(onednn, 6);
+    const auto b = losses_of(mkl, 6, &mkl_params);
+    EXPECT_EQ(gemm_library(), GemmLibrary::kMkl) << "the trainer chose the configured library";
+    const auto c = losses_of(mkl, 6, &mkl_again_params);
+    set_gemm_library(GemmLibrary::kOneDnn);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(a[i] - b[i]) / a[i]);
+      EXPECT_EQ(b[i], c[i]) << "step " << i;
+    }
+    EXPECT_LT(worst, precision == DType::kF32 ? 1e-5 : 1e-2);
+    EXPECT_GT(worst, 0.0) << "oneMKL gave oneDNN's bits at every step: was it called?";
+    EXPECT_EQ(
+        std::memcmp(mkl_params.data(), mkl_again_params.data(), mkl_params.size() * sizeof(float)),
+        0);
+  }
+}
+#endif
+
 TEST(Trainer, MicroBatchingDoesNotChangeTheMath) {
   auto dir = testing::make_corpus_dir("microbatch");
   TrainConfig whole = small_config(dir);  // 1 × 8
