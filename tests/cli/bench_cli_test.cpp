@@ -148,9 +148,16 @@ TEST(BenchCli, TrainPrintsTheFractionOfTheGemmCeiling) {
                      "--ceiling-shape", "64,64,64", "--gemm-repeats", "1"}),
               kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_NE(r.out.find("# baseline (same run): bf16 lattice::matmul (oneDNN "), std::string::npos)
+  EXPECT_NE(r.out.find("# baseline (same run): bf16 lattice::matmul M=64 K=64 N=64, best of 1, in "
+                       "each GEMM library; %ceiling is against the fastest"),
+            std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find(") M=64 K=64 N=64, best of 1"), std::string::npos) << r.out;
+  // The ceiling in every library the build has, each named.
+  EXPECT_NE(r.out.find("#   1 thread(s): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GFLOP/s (oneDNN "), std::string::npos) << r.out;
+#if defined(LATTICE_HAVE_MKL)
+  EXPECT_NE(r.out.find(" GFLOP/s (oneMKL 20"), std::string::npos) << r.out;
+#endif
   EXPECT_NE(r.out.find("(N = 120576 parameters"), std::string::npos) << r.out;
   // The machine at start and end: the load, and on two CPUs or more how far apart the host put
   // the first two (core/core_latency.h).
