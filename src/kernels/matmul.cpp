@@ -33,6 +33,7 @@ constexpr std::string_view kOp = "matmul";
 
 // The process-wide library choice (set_gemm_library).
 std::atomic<GemmLibrary> chosen_library{GemmLibrary::kOneDnn};
+
 // Distinct problems a thread keeps prepared. A dense training step uses a few dozen, a sparse
 // one a few hundred (each expert's rows come in a few sizes per octave); the cap only bounds
 // memory if a caller sweeps shapes (e.g. variable sequence lengths).

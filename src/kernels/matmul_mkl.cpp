@@ -56,6 +56,7 @@ bool linked() {
 }
 
 std::string library_name() {
+  set_reproducible_once();  // before any other oneMKL call, as its documentation asks
   MKLVersion v;
   mkl_get_version(&v);
   // oneMKL's releases are numbered year.update ("Version 2026.2" in its version string).
