@@ -1,10 +1,13 @@
-// The whole model's gradient against finite differences, for both families on tiny configs.
+// The whole model's gradient against finite differences, for both families on tiny configs, in
+// every GEMM library the build has (oneDNN; oneMKL where setup unpacked it).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/matmul.h"
 #include "model/transformer.h"
 #include "tiny_batch.h"
 
@@ -33,11 +36,15 @@ double loss_of(Transformer& model, Batch& batch) {
   return r.loss_sum / double(r.token_count);
 }
 
-class TransformerGradient : public ::testing::TestWithParam<ModelFamily> {};
+class TransformerGradient : public ::testing::TestWithParam<std::tuple<ModelFamily, GemmLibrary>> {
+ protected:
+  void SetUp() override { set_gemm_library(std::get<1>(GetParam())); }
+  void TearDown() override { set_gemm_library(GemmLibrary::kOneDnn); }
+};
 
 TEST_P(TransformerGradient, MatchesFiniteDifferences) {
   Arena arena("test");
-  Transformer model(tiny(GetParam()), arena, DType::kF32);
+  Transformer model(tiny(std::get<0>(GetParam())), arena, DType::kF32);
   model.initialize(7);
   Batch batch = make_tiny_batch(model.config().vocab_size);
   ParameterStore& store = model.parameters();
@@ -85,8 +92,13 @@ TEST_P(TransformerGradient, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TransformerGradient,
-                         ::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
-                         [](const auto& info) { return std::string(family_name(info.param)); });
+                         ::testing::Combine(::testing::Values(ModelFamily::kGpt2,
+                                                              ModelFamily::kLlama),
+                                            ::testing::ValuesIn(available_gemm_libraries())),
+                         [](const auto& info) {
+                           return std::string(family_name(std::get<0>(info.param))) + "_" +
+                                  std::string(gemm_library_key(std::get<1>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace lattice
