@@ -178,6 +178,7 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
   input.config = load_train_config(args.config, args.overrides);
   apply_layout_flags(cmd, args.layout, input.config.parallel);
   input.machine = doctor::observe_machine();
+  input.gemm_libraries = doctor::time_gemm_libraries(input.config, input.machine);
   input.oversubscribe = args.oversubscribe;
   if (!args.resume.empty()) input.resume_from = args.resume;
   if (!args.ckpt.empty()) input.resume_from = args.ckpt;

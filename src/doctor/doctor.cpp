@@ -20,11 +20,13 @@
 #include "comm/cost_model.h"
 #include "core/error.h"
 #include "core/model_flops.h"
+#include "core/thread_budget.h"
 #include "data/token_file.h"
 #include "model/model_description.h"
 #include "model/parameters.h"
 #include "plan/cluster_spec.h"
 #include "train/pipeline_stage.h"
+#include "train/train_benchmark.h"
 
 namespace lattice::doctor {
 
@@ -1180,6 +1182,69 @@ CheckResult check_checkpoint_dir(const DoctorInput& in) {
 
 // ---- 12. Local instead of global grad norm ---------------------------------------------------
 
+// ---- GEMM library for the run's shapes ----------------------------------------------------
+
+// The configured library against the fastest one on the run's GEMM: another library measured
+// 25 % or more faster on this machine (oneMKL on a CPU whose AMX tiles it drives and oneDNN 2.6
+// does not, say) is a WARN that names the setting. The margin is wide because small GEMMs' best
+// of a few calls moves by ±10 % between runs; the differences worth a setting are larger.
+CheckResult check_gemm_library(const DoctorInput& in) {
+  CheckResult r;
+  const GemmLibrary configured = in.config.gemm_library;
+  r.figures = {{"configured", gemm_library_key(configured)}};
+  if (!in.gemm_libraries) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw =
+        "not measured (lattice doctor times the run's GEMM in each library; --preflight "
+        "does not)";
+    return r;
+  }
+  const GemmLibraryTiming& t = *in.gemm_libraries;
+  const std::string shape = fmt::format("M {} K {} N {}, {}, {} thread(s)", t.m, t.k, t.n,
+                                        t.dtype == DType::kBF16 ? "bf16" : "fp32", t.threads);
+  r.figures["shape"] = {t.m, t.k, t.n};
+  r.figures["dtype"] = t.dtype == DType::kBF16 ? "bf16" : "fp32";
+  r.figures["threads"] = t.threads;
+  std::string rates;
+  GemmLibrary fastest = configured;
+  for (const auto& [library, flops] : t.flops_per_s) {
+    r.figures[fmt::format("{}_gflops", gemm_library_key(library))] = flops / 1e9;
+    rates += fmt::format("{}{} {:.1f}", rates.empty() ? "" : ", ", gemm_library_name(library),
+                         flops / 1e9);
+    if (!t.flops_per_s.contains(fastest) || flops > t.flops_per_s.at(fastest)) fastest = library;
+  }
+  if (t.flops_per_s.size() < 2 || !t.flops_per_s.contains(configured)) {
+    r.verdict = Verdict::kNotApplicable;
+    r.saw = fmt::format(
+        "one GEMM library to choose from here ({} GFLOP/s on the run's MLP GEMM, {}); "
+        "scripts/setup.sh unpacks oneMKL for a second",
+        rates, shape);
+    return r;
+  }
+  const double mine = t.flops_per_s.at(configured), best = t.flops_per_s.at(fastest);
+  r.figures["fastest"] = gemm_library_key(fastest);
+  if (fastest != configured && best >= 1.25 * mine) {
+    r.verdict = Verdict::kWarn;
+    r.saw = fmt::format(
+        "train.gemm_library = \"{}\": the run's MLP GEMM ({}) at {:.1f} GFLOP/s here; {} "
+        "reaches {:.1f} ({:.2f}x) (all: {} GFLOP/s)",
+        gemm_library_key(configured), shape, mine / 1e9, gemm_library_name(fastest), best / 1e9,
+        best / mine, rates);
+    r.fix = fmt::format(
+        "set train.gemm_library = \"{}\" (lattice bench train --gemm-library {},{} --profile "
+        "compares every GEMM of the step and the whole step)",
+        gemm_library_key(fastest), gemm_library_key(configured), gemm_library_key(fastest));
+    return r;
+  }
+  r.verdict = Verdict::kPass;
+  r.saw = fmt::format("train.gemm_library = \"{}\": {} on the run's MLP GEMM ({}): {} GFLOP/s",
+                      gemm_library_key(configured),
+                      fastest == configured ? "the fastest library here"
+                                            : "within 25 % of the fastest library here",
+                      shape, rates);
+  return r;
+}
+
 CheckResult check_grad_norm(const DoctorInput& in) {
   CheckResult r;
   if (!in.probe) {
@@ -1220,6 +1285,32 @@ CheckResult check_grad_norm(const DoctorInput& in) {
 
 }  // namespace
 
+GemmLibraryTiming time_gemm_libraries(const TrainConfig& config, const MachineFacts& machine) {
+  TrainConfig c = config;
+  try {
+    c = resolved(config);
+  } catch (const ConfigError&) {
+    // The batch check names the problem; the GEMM is timed on one sequence per micro-batch.
+    c.micro_batch = std::max<int64_t>(1, c.micro_batch);
+    if (c.seq_len == 0) c.seq_len = c.model.seq_len;
+  }
+  const ParallelConfig& p = c.parallel;
+  GemmLibraryTiming t;
+  t.m = std::clamp<int64_t>(c.micro_batch * c.seq_len / std::max(1, p.cp), 1, 1024);
+  t.k = std::clamp<int64_t>(c.model.d_model, 1, 4096);
+  t.n = std::clamp<int64_t>(c.model.d_ff / std::max(1, p.tp), 1, 4096);
+  t.dtype = c.compute_dtype;
+  // Never more threads than this process may run (the cores check judges the budget).
+  t.threads = std::clamp(threads_per_rank(c, machine), 1, std::max(1, available_cores()));
+  const GemmLibrary chosen = gemm_library();
+  for (const GemmLibrary library : available_gemm_libraries()) {
+    set_gemm_library(library);
+    t.flops_per_s[library] = measure_gemm_flops({t.m, t.k, t.n}, t.dtype, t.threads, 5);
+  }
+  set_gemm_library(chosen);
+  return t;
+}
+
 double predicted_step_seconds(const TrainConfig& config, const ProbeResult& probe, int cores) {
   const TrainConfig c = resolved(config);
   const double probe_step_s = probe.layout.median_step_ms() / 1e3;
@@ -1236,6 +1327,7 @@ const std::vector<DoctorCheck>& doctor_checks() {
   static const std::vector<DoctorCheck> checks = {
       {"timeouts", "Collective timeouts vs the step", false, check_timeouts},
       {"cores", "Ranks, threads and cores", false, check_cores},
+      {"gemm-library", "GEMM library for the run's shapes", false, check_gemm_library},
       {"memory", "Memory headroom", false, check_memory},
       {"batch", "Global batch and LR schedule", false, check_batch},
       {"checkpoint", "Checkpoint against the config", false, check_checkpoint},

@@ -17,6 +17,18 @@
 
 namespace lattice::doctor {
 
+// The run's largest per-layer GEMM shape class (the MLP's first projection of one micro-batch
+// on one rank: M = micro-batch tokens ÷ cp, K = d_model, N = d_ff ÷ tp, each capped at 1024 /
+// 4096 / 4096 so a call stays well under a second), in the run's precision on its threads per
+// rank, timed in every GEMM library the build has (best of 5 calls each).
+struct GemmLibraryTiming {
+  int64_t m = 0, k = 0, n = 0;
+  DType dtype = DType::kF32;
+  int threads = 1;
+  std::map<GemmLibrary, double> flops_per_s;
+};
+GemmLibraryTiming time_gemm_libraries(const TrainConfig& config, const MachineFacts& machine);
+
 struct DoctorInput {
   TrainConfig config;  // as `lattice train` would run it: layout flags applied
   MachineFacts machine;
@@ -30,6 +42,8 @@ struct DoctorInput {
   // Each NIC's pause-frame counters over the probe (read_pause_frames after − before, keyed
   // "iface/counter"); empty without ethtool or a NIC that reports them.
   std::map<std::string, int64_t> pause_frames_during_probe = {};
+  // The run's GEMM in each library (time_gemm_libraries); none: not measured (--preflight).
+  std::optional<GemmLibraryTiming> gemm_libraries = {};
 };
 
 // The checks in order, like ggml's op-test registry: an id, a title, whether it needs the probe,

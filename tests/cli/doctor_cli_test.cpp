@@ -52,14 +52,29 @@ TEST(DoctorCli, AHealthyLayoutPassesEveryCheckAndExitsZero) {
                               kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const std::map<std::string, std::string> by_id = verdicts(r.out);
-  EXPECT_EQ(by_id.size(), 14u) << r.out;
+  EXPECT_EQ(by_id.size(), 15u) << r.out;
   for (const auto& [id, verdict] : by_id) {
     if (id == "cores" && verdict == "WARN") continue;    // a small machine, --oversubscribe
     if (id == "network" && verdict == "WARN") continue;  // collective times on a loaded machine
+    if (id == "gemm-library" && verdict == "WARN") continue;  // this machine's libraries
     EXPECT_TRUE(verdict == "PASS" || verdict == "N/A") << id << ": " << verdict << "\n" << r.out;
   }
   for (const char* id : {"recompute", "replicas", "sharding", "grad-norm", "attention-tp"}) {
     EXPECT_EQ(by_id.at(id), "PASS") << id << "\n" << r.out;
+  }
+  // The GEMM library check timed the run's GEMM in every library the build has.
+  {
+    std::istringstream lines(r.out);
+    bool timed = false;
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.at("id") != "gemm-library") continue;
+      timed = j.at("figures").at("onednn_gflops").get<double>() > 0;
+#if defined(LATTICE_HAVE_MKL)
+      EXPECT_GT(j.at("figures").at("mkl_gflops").get<double>(), 0.0) << line;
+#endif
+    }
+    EXPECT_TRUE(timed) << r.out;
   }
   // The cores check measured how far apart the machine's first two CPUs are.
   if (affinity_cpus().size() >= 2) {
@@ -107,6 +122,7 @@ TEST(DoctorCli, ASlowLinkWarnsNetworkAndOnlyNetwork) {
       run_cli(doctor({"--dp", "2", "--json"}), kLimitS, {"LATTICE_SLOW_LINK=0:1:50"});
   EXPECT_EQ(r.exit_code, 0) << r.all();  // a warning is not a failure
   for (const auto& [id, verdict] : verdicts(r.out)) {
+    if (id == "gemm-library") continue;  // this machine's libraries, not the link
     EXPECT_EQ(verdict == "WARN", id == "network") << id << ": " << verdict << "\n" << r.out;
   }
 }

@@ -99,6 +99,15 @@ TEST(Doctor, AHealthyLayoutPassesEveryCheck) {
   const fs::path checkpoint =
       saved_checkpoint(fs::path(config.out_dir) / "checkpoints", one_rank, 16, 4);
   DoctorInput input = input_for(config, true);
+  // The run's GEMM as time_gemm_libraries gives it, the configured library (oneDNN) fastest:
+  // a real timing's verdict is this machine's, not the layout's.
+  input.gemm_libraries =
+      GemmLibraryTiming{.m = 32,
+                        .k = 64,
+                        .n = 256,
+                        .dtype = DType::kF32,
+                        .threads = 1,
+                        .flops_per_s = {{GemmLibrary::kOneDnn, 20e9}, {GemmLibrary::kMkl, 15e9}}};
   input.init_from = fs::path(config.out_dir) / "hf";
   input.resume_from = checkpoint;
   const std::vector<CheckResult> results = run_checks(input);
@@ -107,10 +116,69 @@ TEST(Doctor, AHealthyLayoutPassesEveryCheck) {
   std::set<std::string> warned = with_verdict(results, Verdict::kWarn);
   warned.erase("network");
   EXPECT_TRUE(warned.empty()) << all_text(results);
-  // With dp, tp, ZeRO-1, recompute, weights to start from, a checkpoint to resume and an output
-  // directory every check applies.
+  // With dp, tp, ZeRO-1, recompute, weights to start from, a checkpoint to resume, an output
+  // directory and the run's GEMM timed in two libraries every check applies.
   EXPECT_TRUE(with_verdict(results, Verdict::kNotApplicable).empty()) << all_text(results);
   EXPECT_EQ(results.size(), doctor_checks().size());
+}
+
+// The run's GEMM is timed on the config's shapes (tokens of a micro-batch, d_model, d_ff ÷ tp)
+// in every library the build has.
+TEST(Doctor, TheRunsGemmIsTimedInEveryLibraryOnTheConfigsShape) {
+  TrainConfig config = tiny(1, 2);
+  config.seq_len = 16;
+  const GemmLibraryTiming t = time_gemm_libraries(config, roomy_machine());
+  EXPECT_EQ(t.m, 2 * 16);  // micro-batch 2 of 16 tokens
+  EXPECT_EQ(t.k, config.model.d_model);
+  EXPECT_EQ(t.n, config.model.d_ff / 2);  // tp 2
+  EXPECT_EQ(t.dtype, DType::kF32);
+  EXPECT_EQ(t.threads, 1);  // train.threads
+  ASSERT_EQ(t.flops_per_s.size(), available_gemm_libraries().size());
+  for (const auto& [library, flops] : t.flops_per_s) {
+    EXPECT_GT(flops, 0.0) << gemm_library_key(library);
+  }
+  EXPECT_EQ(gemm_library(), GemmLibrary::kOneDnn) << "the library chosen before is chosen again";
+}
+
+// Another library 25 % or more faster on the run's GEMM warns and names the setting; within
+// 25 %, or the configured one fastest, passes; one library, or none measured, does not apply.
+TEST(Doctor, AGemmLibraryAnotherOutrunsWarnsAndNamesTheSetting) {
+  DoctorInput input{.config = tiny(1, 1), .machine = roomy_machine()};
+  const GemmLibraryTiming t{
+      .m = 64,
+      .k = 32,
+      .n = 128,
+      .dtype = DType::kBF16,
+      .threads = 2,
+      .flops_per_s = {{GemmLibrary::kOneDnn, 100e9}, {GemmLibrary::kMkl, 160e9}}};
+  input.gemm_libraries = t;
+  CheckResult r = result_of(run_checks(input), "gemm-library");
+  EXPECT_EQ(r.verdict, Verdict::kWarn) << r.saw;
+  EXPECT_NE(r.saw.find("train.gemm_library = \"onednn\""), std::string::npos) << r.saw;
+  EXPECT_NE(r.saw.find("M 64 K 32 N 128, bf16, 2 thread(s)"), std::string::npos) << r.saw;
+  EXPECT_NE(r.saw.find("(1.60x)"), std::string::npos) << r.saw;
+  EXPECT_NE(r.fix.find("set train.gemm_library = \"mkl\""), std::string::npos) << r.fix;
+  EXPECT_DOUBLE_EQ(r.figures.at("mkl_gflops").get<double>(), 160.0);
+  EXPECT_EQ(r.figures.at("fastest"), "mkl");
+
+  input.gemm_libraries->flops_per_s[GemmLibrary::kMkl] = 120e9;
+  r = result_of(run_checks(input), "gemm-library");
+  EXPECT_EQ(r.verdict, Verdict::kPass) << r.saw;
+  EXPECT_NE(r.saw.find("within 25 % of the fastest"), std::string::npos) << r.saw;
+
+  input.config.gemm_library = GemmLibrary::kMkl;
+  r = result_of(run_checks(input), "gemm-library");
+  EXPECT_EQ(r.verdict, Verdict::kPass) << r.saw;
+  EXPECT_NE(r.saw.find("the fastest library here"), std::string::npos) << r.saw;
+
+  input.config.gemm_library = GemmLibrary::kOneDnn;
+  input.gemm_libraries->flops_per_s.erase(GemmLibrary::kMkl);
+  r = result_of(run_checks(input), "gemm-library");
+  EXPECT_EQ(r.verdict, Verdict::kNotApplicable) << r.saw;
+  EXPECT_NE(r.saw.find("scripts/setup.sh unpacks oneMKL"), std::string::npos) << r.saw;
+
+  input.gemm_libraries.reset();
+  EXPECT_EQ(result_of(run_checks(input), "gemm-library").verdict, Verdict::kNotApplicable);
 }
 
 TEST(Doctor, ACollectiveDeadlineShorterThanTheStepFailsTimeouts) {
