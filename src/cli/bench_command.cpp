@@ -63,20 +63,20 @@ double memcpy_traffic_bytes_per_s(size_t bytes) {
 // The ceiling of one shape and dtype on `threads`: the fastest rate among the GEMM libraries
 // this build has (best of `repeats` calls each), and each library's rate for the report, e.g.
 // "431.7 GFLOP/s (oneDNN 2.6.3), 190.2 GFLOP/s (oneMKL 2026.2)". On a CPU whose tiles only one
-// library drives, the fastest is that library's. The library chosen for the run is chosen again.
+// library drives, the fastest is that library's.
 double gemm_ceiling(const GemmShape& shape, DType dtype, int threads, int repeats,
                     std::string& per_library) {
-  const GemmLibrary chosen = gemm_library();
+  const GemmProblem problem{
+      .m = shape.m, .k = shape.k, .n = shape.n, .input = dtype, .output = dtype};
   double best = 0;
   per_library.clear();
-  for (GemmLibrary library : available_gemm_libraries()) {
-    set_gemm_library(library);
-    const double flops = measure_gemm_flops(shape, dtype, threads, repeats);
+  for (const auto& [library, seconds] :
+       measure_gemm_seconds_per_library(problem, threads, repeats)) {
+    const double flops = problem.flops() / seconds;
     per_library += fmt::format("{}{:.1f} GFLOP/s ({})", per_library.empty() ? "" : ", ",
                                flops / 1e9, gemm_library_name(library));
     best = std::max(best, flops);
   }
-  set_gemm_library(chosen);
   return best;
 }
 
@@ -91,19 +91,16 @@ struct GemmAlone {
 // Each distinct GEMM problem of the profiled kernels timed alone in every library this build has
 // (oneDNN; oneMKL where setup found it), on the same threads, best of `repeats` each: "the best
 // rate any available library reaches" for the problem. Kernels without GEMMs through
-// lattice::matmul (attention's own tiles, the memory-bound ones) have none. The library chosen
-// for the run is chosen again afterwards.
+// lattice::matmul (attention's own tiles, the memory-bound ones) have none.
 std::map<GemmProblem, GemmAlone> gemm_seconds_alone(const KernelProfile& profile, int threads,
                                                     int repeats) {
-  const GemmLibrary chosen = gemm_library();
   std::map<GemmProblem, GemmAlone> alone;
   for (const auto& [name, t] : profile.totals()) {
     for (const auto& [problem, calls] : t.gemm_problems) {
       if (problem.m == 0 || problem.k == 0 || problem.n == 0 || alone.contains(problem)) continue;
       GemmAlone entry;
-      for (GemmLibrary library : available_gemm_libraries()) {
-        set_gemm_library(library);
-        const double seconds = measure_gemm_seconds(problem, threads, repeats);
+      for (const auto& [library, seconds] :
+           measure_gemm_seconds_per_library(problem, threads, repeats)) {
         entry.gflops[library] = problem.flops() / seconds / 1e9;
         if (entry.seconds == 0 || seconds < entry.seconds) {
           entry.seconds = seconds;
@@ -113,7 +110,6 @@ std::map<GemmProblem, GemmAlone> gemm_seconds_alone(const KernelProfile& profile
       alone.emplace(problem, entry);
     }
   }
-  set_gemm_library(chosen);
   return alone;
 }
 

@@ -1302,12 +1302,10 @@ GemmLibraryTiming time_gemm_libraries(const TrainConfig& config, const MachineFa
   t.dtype = c.compute_dtype;
   // Never more threads than this process may run (the cores check judges the budget).
   t.threads = std::clamp(threads_per_rank(c, machine), 1, std::max(1, available_cores()));
-  const GemmLibrary chosen = gemm_library();
-  for (const GemmLibrary library : available_gemm_libraries()) {
-    set_gemm_library(library);
-    t.flops_per_s[library] = measure_gemm_flops({t.m, t.k, t.n}, t.dtype, t.threads, 5);
+  const GemmProblem problem{.m = t.m, .k = t.k, .n = t.n, .input = t.dtype, .output = t.dtype};
+  for (const auto& [library, seconds] : measure_gemm_seconds_per_library(problem, t.threads, 5)) {
+    t.flops_per_s[library] = problem.flops() / seconds;
   }
-  set_gemm_library(chosen);
   return t;
 }
 

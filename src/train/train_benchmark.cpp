@@ -152,6 +152,23 @@ double measure_gemm_seconds(const GemmProblem& problem, int threads, int repeats
   return best;
 }
 
+std::map<GemmLibrary, double> measure_gemm_seconds_per_library(const GemmProblem& problem,
+                                                               int threads, int repeats) {
+  const GemmLibrary chosen = gemm_library();
+  std::map<GemmLibrary, double> seconds;
+  try {
+    for (const GemmLibrary library : available_gemm_libraries()) {
+      set_gemm_library(library);
+      seconds[library] = measure_gemm_seconds(problem, threads, repeats);
+    }
+  } catch (...) {
+    set_gemm_library(chosen);
+    throw;
+  }
+  set_gemm_library(chosen);
+  return seconds;
+}
+
 double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats) {
   const GemmProblem problem{
       .m = shape.m, .k = shape.k, .n = shape.n, .input = dtype, .output = dtype};

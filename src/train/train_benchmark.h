@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -68,5 +69,11 @@ double measure_gemm_flops(GemmShape shape, DType dtype, int threads, int repeats
 // problem exactly as a training step posed it (transposes, accumulation, bias, dtypes), alone,
 // on `threads` threads: the library's own rate for that shape, beside the step's.
 double measure_gemm_seconds(const GemmProblem& problem, int threads, int repeats);
+
+// The same problem timed in every GEMM library the build has (kernels/matmul.h: oneDNN, and
+// oneMKL where setup unpacked it), best wall seconds each; the library chosen before is chosen
+// again afterwards.
+std::map<GemmLibrary, double> measure_gemm_seconds_per_library(const GemmProblem& problem,
+                                                               int threads, int repeats);
 
 }  // namespace lattice

@@ -111,5 +111,25 @@ TEST(TrainBenchmark, GemmThroughputIsPositiveForBothPrecisions) {
   EXPECT_THROW(measure_gemm_flops({.m = 8, .k = 8, .n = 8}, DType::kI32, 1, 1), DTypeError);
 }
 
+// One time per library the build has, each positive, and the library chosen before is chosen
+// again, after a failure too.
+TEST(TrainBenchmark, AGemmIsTimedInEveryLibraryAndTheChoiceIsKept) {
+  const GemmProblem problem{.m = 32, .k = 48, .n = 64, .transpose_b = true};
+  const std::map<GemmLibrary, double> seconds = measure_gemm_seconds_per_library(problem, 1, 2);
+  ASSERT_EQ(seconds.size(), available_gemm_libraries().size());
+  for (const GemmLibrary library : available_gemm_libraries()) {
+    ASSERT_TRUE(seconds.contains(library)) << gemm_library_key(library);
+    EXPECT_GT(seconds.at(library), 0.0) << gemm_library_key(library);
+  }
+  EXPECT_EQ(gemm_library(), GemmLibrary::kOneDnn);
+  // The last library in the build chosen, then a problem that fails in the first one measured.
+  const GemmLibrary last = available_gemm_libraries().back();
+  set_gemm_library(last);
+  const GemmProblem bad{.m = 8, .k = 8, .n = 8, .input = DType::kI32, .output = DType::kI32};
+  EXPECT_THROW(measure_gemm_seconds_per_library(bad, 1, 1), DTypeError);
+  EXPECT_EQ(gemm_library(), last);
+  set_gemm_library(GemmLibrary::kOneDnn);
+}
+
 }  // namespace
 }  // namespace lattice
