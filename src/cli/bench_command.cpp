@@ -64,8 +64,8 @@ double memcpy_traffic_bytes_per_s(size_t bytes) {
 // this build has (best of `repeats` calls each), and each library's rate for the report, e.g.
 // "431.7 GFLOP/s (oneDNN 2.6.3), 190.2 GFLOP/s (oneMKL 2026.2)". On a CPU whose tiles only one
 // library drives, the fastest is that library's.
-double gemm_ceiling(const GemmShape& shape, DType dtype, int threads, int repeats,
-                    std::string& per_library) {
+double fastest_library_rate(const GemmShape& shape, DType dtype, int threads, int repeats,
+                            std::string& per_library) {
   const GemmProblem problem{
       .m = shape.m, .k = shape.k, .n = shape.n, .input = dtype, .output = dtype};
   double best = 0;
@@ -246,7 +246,8 @@ void run_bench_train(BenchTrainArgs args) {
   std::vector<double> ceiling;
   for (int t : args.threads) {
     std::string per_library;
-    ceiling.push_back(gemm_ceiling(ceiling_shape, DType::kBF16, t, args.gemm_repeats, per_library));
+    ceiling.push_back(
+        fastest_library_rate(ceiling_shape, DType::kBF16, t, args.gemm_repeats, per_library));
     fmt::print("#   {} thread(s): {}\n", t, per_library);
   }
   // What the cores could do, beside what the GEMMs reach: the vector bf16 peak, and whether
@@ -268,8 +269,8 @@ void run_bench_train(BenchTrainArgs args) {
       }
       for (int t : args.threads) {
         std::string per_library;
-        profile_ceiling[precision].push_back(gemm_ceiling(ceiling_shape, parse_precision(precision),
-                                                          t, args.gemm_repeats, per_library));
+        profile_ceiling[precision].push_back(fastest_library_rate(
+            ceiling_shape, parse_precision(precision), t, args.gemm_repeats, per_library));
         fmt::print("# profile roof: {} GEMM ceiling, {} thread(s): {}\n", precision, t,
                    per_library);
       }
