@@ -1,5 +1,6 @@
 // Causal grouped-query attention, forward and backward, on one thread, for GPT-2-small heads
-// (B = 4, NH = NKV = 12, HS = 64) at T = 256 and 1024, f32 and bf16 inputs.
+// (B = 4, NH = NKV = 12, HS = 64) at T = 256 and 1024 and for the demo model's small heads
+// (B = 12, NH = NKV = 4, HS = 32, T = 64: one tile, all on the diagonal), f32 and bf16 inputs.
 //
 // Reported as GFLOP/s of causal work (forward 2·2·B·NH·T²·HS/2: QKᵀ and PV over the lower
 // triangle; backward 2.5× that: five products instead of two) and as a fraction of this
@@ -77,16 +78,21 @@ BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
 
 // ---- attention ----
 
-constexpr int64_t kBatch = 4, kHeads = 12, kHeadSize = 64;
+// GPT-2 small's heads, and the demo's (configs/shakespeare-char.toml).
+struct HeadShape {
+  int64_t batch, heads, head_size;
+};
+constexpr HeadShape kGpt2Heads{4, 12, 64};
+constexpr HeadShape kDemoHeads{12, 4, 32};
 
 struct AttentionProblem {
-  AttentionProblem(int64_t T, DType dtype) : arena("attention_bench") {
-    q = Tensor::empty(arena, {kBatch, T, kHeads, kHeadSize}, dtype);
+  AttentionProblem(const HeadShape& shape, int64_t T, DType dtype) : arena("attention_bench") {
+    q = Tensor::empty(arena, {shape.batch, T, shape.heads, shape.head_size}, dtype);
     k = Tensor::empty(arena, q.shape(), dtype);
     v = Tensor::empty(arena, q.shape(), dtype);
     dout = Tensor::empty(arena, q.shape(), dtype);
     out = Tensor::empty(arena, q.shape(), dtype);
-    lse = Tensor::empty(arena, {kBatch, kHeads, T}, DType::kF32);
+    lse = Tensor::empty(arena, {shape.batch, shape.heads, T}, DType::kF32);
     dq = Tensor::zeros(arena, q.shape(), dtype);
     dk = Tensor::zeros(arena, q.shape(), dtype);
     dv = Tensor::zeros(arena, q.shape(), dtype);
@@ -105,9 +111,9 @@ struct AttentionProblem {
   Tensor q, k, v, dout, out, lse, dq, dk, dv;
 };
 
-double forward_gflop(int64_t T) {
-  return 2.0 * 2.0 * double(kBatch * kHeads) * double(T) * double(T) * double(kHeadSize) / 2.0 *
-         1e-9;
+double forward_gflop(const HeadShape& shape, int64_t T) {
+  return 2.0 * 2.0 * double(shape.batch * shape.heads) * double(T) * double(T) *
+         double(shape.head_size) / 2.0 * 1e-9;
 }
 
 enum class Pass { kForward, kBackward, kForwardBackward };
@@ -115,17 +121,18 @@ enum class Pass { kForward, kBackward, kForwardBackward };
 void run_attention(benchmark::State& state, Pass pass) {
   const int64_t T = state.range(0);
   const DType dtype = state.range(1) == 0 ? DType::kF32 : DType::kBF16;
+  const HeadShape shape = T == 64 ? kDemoHeads : kGpt2Heads;
   set_thread_budget(1);
-  AttentionProblem problem(T, dtype);
+  AttentionProblem problem(shape, T, dtype);
   for (auto _ : state) {
     if (pass != Pass::kBackward) problem.forward();
     if (pass != Pass::kForward) problem.backward();
     benchmark::ClobberMemory();
   }
-  const double gflop = forward_gflop(T) * (pass == Pass::kForward    ? 1.0
-                                           : pass == Pass::kBackward ? 2.5
-                                                                     : 3.5);
-  state.SetLabel(std::string(dtype_name(dtype)));
+  const double gflop = forward_gflop(shape, T) * (pass == Pass::kForward    ? 1.0
+                                                  : pass == Pass::kBackward ? 2.5
+                                                                            : 3.5);
+  state.SetLabel(std::string(dtype_name(dtype)) + (T == 64 ? " demo heads" : " gpt2 heads"));
   state.counters["GFLOP/s"] =
       benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
   if (peak_gflops > 0) {
@@ -144,10 +151,10 @@ void BM_AttentionForwardBackward(benchmark::State& state) {
   run_attention(state, Pass::kForwardBackward);
 }
 
-// Args: {T, 0 = f32 / 1 = bf16}
+// Args: {T, 0 = f32 / 1 = bf16}; T = 64 is the demo's heads, the others GPT-2's.
 void attention_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"T", "bf16"});
-  for (int64_t T : {256, 1024}) {
+  for (int64_t T : {64, 256, 1024}) {
     for (int64_t bf16 : {0, 1}) b->Args({T, bf16});
   }
   b->Unit(benchmark::kMillisecond);

@@ -322,6 +322,7 @@ void run_explain(ExplainArgs args) {
                  config.compute_dtype};
   w.recompute = parse_recompute(args.recompute);
   w.ep = {args.ep, at.dp % args.ep};
+  w.context_parallel = args.cp > 1;
   // Zero-bubble schedules split backward: the weight gradients' inputs wait in the slot.
   w.deferred_weights =
       pipeline && parse_schedule_kind(args.schedule) == ScheduleKind::kZeroBubbleH1;

@@ -263,7 +263,8 @@ RankWorkload workload_of(const TrainConfig& c, const StagePartition& partition, 
           .part = p.pp > 1 ? stage_part(partition, p.pp, stage) : ModelPart{},
           .recompute = p.recompute,
           .deferred_weights = p.pp > 1 && p.schedule == ScheduleKind::kZeroBubbleH1,
-          .ep = {.size = p.ep, .rank = dp_rank % p.ep}};
+          .ep = {.size = p.ep, .rank = dp_rank % p.ep},
+          .context_parallel = p.cp > 1};
 }
 
 // ---- Memory headroom ------------------------------------------------------------------------

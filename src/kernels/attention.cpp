@@ -29,52 +29,21 @@
 
 #include "core/thread_budget.h"
 #include "kernels/kernel_support.h"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "kernels/simd.h"
 
 namespace lattice {
 namespace {
 
 // 64 queries × 64 keys: a 16 KiB score tile; 64 is also a multiple of the 16-float vector.
 constexpr int64_t kTile = 64;
-constexpr int kVecLanes = 16;
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-#if defined(__GNUC__) && !defined(__AVX512F__)  // GCC and Clang
-// Without AVX-512 GCC and Clang note that passing 64-byte vectors by value has another ABI; these
-// helpers are internal to this file and inlined, so no ABI is crossed.
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
-// ---- 16-float vectors (GCC/Clang vector extensions; one AVX-512 register with -march=native,
-// split into narrower registers by the compiler otherwise).
-using Vec = float __attribute__((vector_size(64)));
-
-inline Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_vec(float* p, Vec v) {
-  std::memcpy(p, &v, sizeof v);
-}
-inline Vec splat(float x) {
-#if defined(__AVX512F__)
-  return _mm512_set1_ps(x);
-#else
-  return Vec{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-#endif
-}
-// acc + a·b, one fused multiply-add (vector extensions alone do not promise contraction).
-inline Vec fma_vec(Vec a, Vec b, Vec acc) {
-#if defined(__AVX512F__)
-  return _mm512_fmadd_ps(a, b, acc);
-#else
-  return a * b + acc;
-#endif
-}
+using kernel::fma_vec;
+using kernel::kVecLanes;
+using kernel::load_vec;
+using kernel::splat;
+using kernel::store_vec;
+using kernel::Vec;
 
 // ---- the micro-kernel: C (rows × cols) = [C +] A (rows × depth) · B (depth × cols).
 // A element (r, k) is a[r·a_row + k·a_col] (row-major or transposed); B and C are row-major with
@@ -161,18 +130,49 @@ void tile_gemm(float* c, int64_t ldc, GemmA a, const float* b, int64_t ldb, int6
   }
 }
 
-// ---- rows of one (b, head) in a (B, T, H, HS) tensor of f32 or bf16 ----
+// ---- where the heads of q, k, v, out and their gradients lie ----
+
+// The heads of one activation, H·HS elements of each token row that is row_width elements wide,
+// from column first_column on: (B, T, H, HS) tensors (row_width H·HS, first column 0) and the q,
+// k and v parts of a fused projection's output (row_width (NH + 2·NKV)·HS), read in place.
+struct Heads {
+  std::byte* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t tokens = 0;  // token rows per sequence
+  int64_t row_width = 0;
+  int64_t first_column = 0;
+  int64_t head_size = 0;
+};
+
+// A (B, T, H, HS) tensor's heads.
+Heads heads_of(const Tensor& t) {
+  return {
+      static_cast<std::byte*>(t.raw_data()), t.dtype(), t.dim(1), t.dim(2) * t.dim(3), 0, t.dim(3)};
+}
+
+// Heads first .. of a fused projection's output viewed as (B, T, width).
+Heads heads_in(const Tensor& fused, int64_t tokens, int64_t first_head, int64_t head_size) {
+  return {static_cast<std::byte*>(fused.raw_data()),
+          fused.dtype(),
+          tokens,
+          fused.dim(-1),
+          first_head * head_size,
+          head_size};
+}
+
+// ---- rows of one (b, head), f32 or bf16 ----
 
 struct HeadRows {
-  std::byte* base = nullptr;  // element (b, 0, head, 0)
+  std::byte* base = nullptr;  // element (b, token 0, head, 0)
   DType dtype = DType::kF32;
-  size_t stride_bytes = 0;  // from token t to token t + 1: H·HS elements
+  size_t stride_bytes = 0;  // from token t to token t + 1
 
-  HeadRows(const Tensor& t, int64_t b, int64_t head) : dtype(t.dtype()) {
-    const int64_t T = t.dim(1), H = t.dim(2), HS = t.dim(3);
+  HeadRows(const Heads& heads, int64_t b, int64_t head) : dtype(heads.dtype) {
     const size_t element = dtype_size(dtype);
-    stride_bytes = size_t(H * HS) * element;
-    base = static_cast<std::byte*>(t.raw_data()) + size_t(((b * T) * H + head) * HS) * element;
+    stride_bytes = size_t(heads.row_width) * element;
+    base = heads.data + size_t(b * heads.tokens * heads.row_width + heads.first_column +
+                               head * heads.head_size) *
+                            element;
   }
   void* row(int64_t t) const { return base + size_t(t) * stride_bytes; }
 };
@@ -389,10 +389,7 @@ void online_softmax(ForwardWorkspace& ws, int64_t keys, int64_t hsp) {
 
 struct ForwardArgs {
   Dims dims;
-  const Tensor& out;
-  const Tensor& q;
-  const Tensor& k;
-  const Tensor& v;
+  Heads out, q, k, v;
   float* lse;
 };
 
@@ -479,15 +476,11 @@ struct BackwardWorkspace {
 
 struct BackwardArgs {
   Dims dims;
-  const Tensor& dq;
-  const Tensor& dk;
-  const Tensor& dv;
-  const Tensor& dout;
-  const Tensor& q;
-  const Tensor& k;
-  const Tensor& v;
-  const Tensor& out;
+  Heads dq, dk, dv, dout, q, k, v, out;
   const float* lse;
+  // false: dq, dk and dv are written (the fused projection's gradient, every element once);
+  // true: added to.
+  bool accumulate = true;
 };
 
 // P = exp(S − lse) over one (queries × keys) tile, 0 for keys after the query or past TK; then
@@ -577,12 +570,15 @@ void accumulate_query_grads(const Dims& d, BackwardWorkspace& ws, int64_t q0, in
             hsp, keys, true, {}, Band{.hi = q0 + d.shift - k0});
 }
 
-// Rows first .. last of an fp32 sum (rows HSP apart) added, times scale, to a head's rows.
-void add_rows(const Tensor& grad, int64_t b, int64_t head, const std::vector<float>& sum,
-              int64_t first, int64_t last, int64_t hs, float scale) {
+// Rows first .. last of an fp32 sum (rows HSP apart), times scale, written to (or, with
+// args.accumulate, added to) a head's rows of a gradient.
+void store_rows(const BackwardArgs& args, const Heads& grad, int64_t b, int64_t head,
+                const std::vector<float>& sum, int64_t first, int64_t last, float scale) {
   const HeadRows rows(grad, b, head);
-  const int64_t hsp = (hs + kVecLanes - 1) / kVecLanes * kVecLanes;
-  for (int64_t t = first; t < last; ++t) write_row(rows, t, hs, scale, sum.data() + t * hsp, true);
+  const int64_t hs = args.dims.HS, hsp = args.dims.padded_hs();
+  for (int64_t t = first; t < last; ++t) {
+    write_row(rows, t, hs, scale, sum.data() + t * hsp, args.accumulate);
+  }
 }
 
 // The whole backward of kv head (b, kv_head) and its query heads, key tiles outer: each P and
@@ -607,10 +603,10 @@ void backward_kv_head(const BackwardArgs& args, BackwardWorkspace& ws, int64_t b
         accumulate_query_grads(d, ws, q0, queries, k0, keys);
       }
     }
-    add_rows(args.dq, b, h, ws.dq, 0, d.T, d.HS, scale);
+    store_rows(args, args.dq, b, h, ws.dq, 0, d.T, scale);
   }
-  add_rows(args.dk, b, kv_head, ws.dk, 0, d.TK, d.HS, scale);
-  add_rows(args.dv, b, kv_head, ws.dv, 0, d.TK, d.HS, 1.0f);
+  store_rows(args, args.dk, b, kv_head, ws.dk, 0, d.TK, scale);
+  store_rows(args, args.dv, b, kv_head, ws.dv, 0, d.TK, 1.0f);
 }
 
 // The same sums split in two passes for more parallelism, at the price of computing P and dS
@@ -635,8 +631,8 @@ void backward_key_tile(const BackwardArgs& args, BackwardWorkspace& ws, int64_t 
       accumulate_key_grads(d, ws, q0, queries, k0, keys);
     }
   }
-  add_rows(args.dk, b, kv_head, ws.dk, k0, k0 + keys, d.HS, 1.0f / std::sqrt(float(d.HS)));
-  add_rows(args.dv, b, kv_head, ws.dv, k0, k0 + keys, d.HS, 1.0f);
+  store_rows(args, args.dk, b, kv_head, ws.dk, k0, k0 + keys, 1.0f / std::sqrt(float(d.HS)));
+  store_rows(args, args.dv, b, kv_head, ws.dv, k0, k0 + keys, 1.0f);
 }
 
 // Pass 2, one query tile: dQ of its rows, over the key tiles up to the diagonal.
@@ -653,25 +649,15 @@ void backward_query_tile(const BackwardArgs& args, BackwardWorkspace& ws, int64_
     tile_probabilities(args, ws, b, h, q0, queries, k0, keys);
     accumulate_query_grads(d, ws, q0, queries, k0, keys);
   }
-  add_rows(args.dq, b, h, ws.dq, q0, q0 + queries, d.HS, 1.0f / std::sqrt(float(d.HS)));
+  store_rows(args, args.dq, b, h, ws.dq, q0, q0 + queries, 1.0f / std::sqrt(float(d.HS)));
 }
 
 }  // namespace
 
 namespace {
 
-void forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-             int64_t shift) {
-  constexpr const char* kOp = "attention_forward";
-  const Dims d = check_inputs(kOp, q, k, v, shift);
-  // QKᵀ and PV over the visible pairs, 2 FLOPs a multiply-add.
-  const double flops = 4.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
-  const KernelTimer timer("attention fwd", flops, kernel::bytes_of({&out, &q, &k, &v}));
-  check_out(kOp, out, q);
-  check_lse(kOp, lse, d);
-  if (q.numel() == 0) return;
-
-  const ForwardArgs args{d, out, q, k, v, lse.data<float>()};
+void run_forward(const ForwardArgs& args) {
+  const Dims& d = args.dims;
   const int64_t tiles = d.tiles();
   const int64_t tasks = d.B * d.NH * tiles;
   LATTICE_ATTENTION_PARALLEL(int(std::min<int64_t>(thread_budget(), tasks))) {
@@ -686,25 +672,8 @@ void forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const T
   }
 }
 
-void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
-              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-              int64_t shift) {
-  constexpr const char* kOp = "attention_backward";
-  const Dims d = check_inputs(kOp, q, k, v, shift);
-  // Five products over the visible pairs: QKᵀ again, dP = dO·Vᵀ, dV, dQ and dK.
-  const double flops = 10.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
-  const KernelTimer timer("attention bwd", flops,
-                          kernel::bytes_of({&dq, &dk, &dv, &dout, &q, &k, &v, &out}));
-  check_out(kOp, out, q);
-  expect_shape(dout, q.shape(), kOp, "dout");
-  expect_float_dtype(dout, kOp, "dout");
-  check_lse(kOp, lse, d);
-  check_grad(kOp, dq, q, "dq");
-  check_grad(kOp, dk, k, "dk");
-  check_grad(kOp, dv, v, "dv");
-  if (q.numel() == 0) return;
-
-  const BackwardArgs args{d, dq, dk, dv, dout, q, k, v, out, lse.data<float>()};
+void run_backward(const BackwardArgs& args) {
+  const Dims& d = args.dims;
   const int threads = thread_budget();
   // The split passes cost ~1.6× the fused backward on one thread (measured: 7 tile products
   // instead of 5, plus key tiles prepared per query tile), so they pay only from 2 threads per
@@ -737,6 +706,75 @@ void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tens
       backward_query_tile(args, ws, bh / d.NH, bh % d.NH, (tiles - 1 - task % tiles) * kTile);
     }
   }
+}
+
+// QKᵀ and PV over the visible pairs, 2 FLOPs a multiply-add.
+double forward_flops(const Dims& d) {
+  return 4.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
+}
+// Five products over the visible pairs: QKᵀ again, dP = dO·Vᵀ, dV, dQ and dK.
+double backward_flops(const Dims& d) {
+  return 10.0 * double(d.B * d.NH) * d.visible_pairs() * double(d.HS);
+}
+
+void forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+             int64_t shift) {
+  constexpr const char* kOp = "attention_forward";
+  const Dims d = check_inputs(kOp, q, k, v, shift);
+  const KernelTimer timer("attention fwd", forward_flops(d), kernel::bytes_of({&out, &q, &k, &v}));
+  check_out(kOp, out, q);
+  check_lse(kOp, lse, d);
+  if (q.numel() == 0) return;
+  run_forward({d, heads_of(out), heads_of(q), heads_of(k), heads_of(v), lse.data<float>()});
+}
+
+void backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+              int64_t shift) {
+  constexpr const char* kOp = "attention_backward";
+  const Dims d = check_inputs(kOp, q, k, v, shift);
+  const KernelTimer timer("attention bwd", backward_flops(d),
+                          kernel::bytes_of({&dq, &dk, &dv, &dout, &q, &k, &v, &out}));
+  check_out(kOp, out, q);
+  expect_shape(dout, q.shape(), kOp, "dout");
+  expect_float_dtype(dout, kOp, "dout");
+  check_lse(kOp, lse, d);
+  check_grad(kOp, dq, q, "dq");
+  check_grad(kOp, dk, k, "dk");
+  check_grad(kOp, dv, v, "dv");
+  if (q.numel() == 0) return;
+  run_backward({d, heads_of(dq), heads_of(dk), heads_of(dv), heads_of(dout), heads_of(q),
+                heads_of(k), heads_of(v), heads_of(out), lse.data<float>(), true});
+}
+
+// The dimensions of attention over a fused projection's output qkv (B·T rows of (NH + 2·NKV)·HS:
+// the query heads, then the key heads, then the value heads), with out (B, T, NH, HS).
+Dims check_fused_inputs(const char* op, const Tensor& qkv, const Tensor& out) {
+  expect_float_dtype(qkv, op, "qkv");
+  expect_rank(out, 4, op, "out");
+  const int64_t B = out.dim(0), T = out.dim(1), NH = out.dim(2), HS = out.dim(3);
+  const int64_t width = qkv.rank() == 0 ? 0 : qkv.dim(-1);
+  const int64_t kv_width = width - NH * HS;
+  if (HS < 1 || qkv.rank() < 2 || kernel::rows_of(qkv) != B * T || kv_width < 2 * HS ||
+      kv_width % (2 * HS) != 0 || NH % (kv_width / (2 * HS)) != 0) {
+    LATTICE_THROW(ShapeError,
+                  "{}: 'qkv' has shape {} but 'out' has shape {}; expected {} rows of (NH + 2·NKV)"
+                  "·HS with NH = {}, HS = {} and NH % NKV == 0 ---> HINT: pass the fused q, k, v "
+                  "projection of the same tokens, query heads first, then key heads, then value "
+                  "heads",
+                  op, qkv.shape().to_string(), out.shape().to_string(), B * T, NH, HS);
+  }
+  if (out.dtype() != DType::kF32) expect_dtype(out, qkv.dtype(), op, "out");
+  return Dims{B, T, NH, kv_width / (2 * HS), HS};
+}
+
+// q, k and v of the fused projection's output, read in place.
+struct FusedHeads {
+  Heads q, k, v;
+};
+FusedHeads fused_heads(const Tensor& qkv, const Dims& d) {
+  return {heads_in(qkv, d.T, 0, d.HS), heads_in(qkv, d.T, d.NH, d.HS),
+          heads_in(qkv, d.T, d.NH + d.NKV, d.HS)};
 }
 
 void check_shift(const char* op, int64_t shift) {
@@ -772,6 +810,32 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
                         int64_t shift) {
   check_shift("attention_backward", shift);
   backward(dq, dk, dv, dout, q, k, v, out, lse, shift);
+}
+
+void attention_forward_qkv(Tensor& out, Tensor& lse, const Tensor& qkv) {
+  constexpr const char* kOp = "attention_forward_qkv";
+  const Dims d = check_fused_inputs(kOp, qkv, out);
+  const KernelTimer timer("attention fwd", forward_flops(d), kernel::bytes_of({&out, &qkv}));
+  check_lse(kOp, lse, d);
+  if (out.numel() == 0) return;
+  const FusedHeads in = fused_heads(qkv, d);
+  run_forward({d, heads_of(out), in.q, in.k, in.v, lse.data<float>()});
+}
+
+void attention_backward_qkv(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                            const Tensor& lse) {
+  constexpr const char* kOp = "attention_backward_qkv";
+  const Dims d = check_fused_inputs(kOp, qkv, out);
+  const KernelTimer timer("attention bwd", backward_flops(d),
+                          kernel::bytes_of({&dqkv, &dout, &qkv, &out}));
+  expect_shape(dout, out.shape(), kOp, "dout");
+  expect_float_dtype(dout, kOp, "dout");
+  check_lse(kOp, lse, d);
+  check_grad(kOp, dqkv, qkv, "dqkv");
+  if (out.numel() == 0) return;
+  const FusedHeads in = fused_heads(qkv, d), grad = fused_heads(dqkv, d);
+  run_backward({d, grad.q, grad.k, grad.v, heads_of(dout), in.q, in.k, in.v, heads_of(out),
+                lse.data<float>(), false});
 }
 
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {

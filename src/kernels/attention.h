@@ -17,6 +17,14 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse);
 
+// The same attention with q, k and v read in place from a fused projection's output (GPT-2's
+// c_attn), no split copies: qkv (B·T, (NH + 2·NKV)·HS) as (B, T, ·), the NH query heads first,
+// then the NKV key heads, then the NKV value heads; NH and HS are out's. The backward writes
+// dqkv (qkv's shape, f32 or qkv's dtype) whole: every element once, nothing added to.
+void attention_forward_qkv(Tensor& out, Tensor& lse, const Tensor& qkv);
+void attention_backward_qkv(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                            const Tensor& lse);
+
 // Ring attention's blocks (parallel/context_parallel.h): the queries against a block of keys
 // that starts `shift` >= 0 positions before the first query (key j is seen by query i when
 // j <= i + shift; shift >= TK: every key is seen). k, v: (B, TK, NKV, HS), any TK. out may be f32

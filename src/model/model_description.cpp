@@ -26,6 +26,9 @@ struct RankSizes {
   // Mixture of experts: E experts, k a token; M packed rows sent, X rows an expert side may get.
   int64_t E = 0, k = 0, M = 0, X = 0;
   bool gpt2 = false, swiglu = false, rope = false;
+  // Attention reads q, k, v in place in the fused projection (Transformer::attention_reads_qkv):
+  // no q, k, v buffers and no separate gradients of them.
+  bool qkv_in_place = false;
 };
 
 void check_compute_dtype(DType dtype) {
@@ -89,6 +92,7 @@ RankSizes rank_sizes(const RankWorkload& w) {
   s.gpt2 = c.family == ModelFamily::kGpt2;
   s.swiglu = c.mlp == MlpKind::kSwiglu;
   s.rope = c.position == PositionKind::kRope;
+  s.qkv_in_place = s.gpt2 && !s.rope && !w.context_parallel;
   return s;
 }
 
@@ -216,9 +220,11 @@ ActivationTable activation_table(const RankWorkload& w) {
       if (s.gpt2) {
         add(p + "qkv", {s.N, s.C + 2 * s.NKV * s.HS}, {s.N, s.Q + 2 * s.K}, heads, cdt);
       }
-      add(p + "q", q_global, q_local, heads, cdt);
-      add(p + "k", kv_global, kv_local, kv_heads, cdt);
-      add(p + "v", kv_global, kv_local, kv_heads, cdt);
+      if (!s.qkv_in_place) {
+        add(p + "q", q_global, q_local, heads, cdt);
+        add(p + "k", kv_global, kv_local, kv_heads, cdt);
+        add(p + "v", kv_global, kv_local, kv_heads, cdt);
+      }
     }
     if (core) {
       add(p + "attention", q_global, q_local, heads, cdt);
@@ -302,9 +308,11 @@ ActivationTable activation_table(const RankWorkload& w) {
   add_gathered("grad residual (operand)", cdt);
   add_gathered("grad residual", f32);
   add("grad attention", q_global, q_local, heads, cdt);
-  add("grad q", q_global, q_local, heads, cdt);
-  add("grad k", kv_global, kv_local, kv_heads, cdt);
-  add("grad v", kv_global, kv_local, kv_heads, cdt);
+  if (!s.qkv_in_place) {
+    add("grad q", q_global, q_local, heads, cdt);
+    add("grad k", kv_global, kv_local, kv_heads, cdt);
+    add("grad v", kv_global, kv_local, kv_heads, cdt);
+  }
   if (s.rope) {
     add("grad q (before rope)", q_global, q_local, heads, cdt);
     add("grad k (before rope)", kv_global, kv_local, kv_heads, cdt);

@@ -40,6 +40,10 @@ struct RankWorkload {
   bool deferred_weights = false;
   // Expert parallelism: which share of each sparse layer's experts the rank holds.
   ExpertLayout ep{};
+  // Context parallelism (cp > 1): the ring passes k and v between ranks, so GPT-2's q, k and v
+  // are split out of the fused projection into buffers of their own (Transformer::
+  // attention_reads_qkv).
+  bool context_parallel = false;
 
   int64_t tokens() const { return micro_batch * (seq_len > 0 ? seq_len : model.seq_len); }
 };

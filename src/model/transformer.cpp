@@ -147,9 +147,11 @@ struct Transformer::Activations {
     Tensor ln1, ln1_mean, ln1_rstd;  // (R, C) cdt; (R) f32
     Tensor ln1_full;                 // (N, C) cdt: gathered rows (alias of ln1 without sp)
     Tensor qkv;                      // (N, Q + 2·K) cdt, GPT-2 only
-    Tensor q, k, v;                  // (B, T, QH|KH, HS) cdt, after rotary positions
-    Tensor att, lse;                 // (B, T, QH, HS) cdt; (B, QH, T) f32
-    Tensor mid;                      // (R, C) f32: residual after attention
+    // (B, T, QH|KH, HS) cdt, after rotary positions; not allocated when attention reads them
+    // in qkv (attention_reads_qkv)
+    Tensor q, k, v;
+    Tensor att, lse;  // (B, T, QH, HS) cdt; (B, QH, T) f32
+    Tensor mid;       // (R, C) f32: residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;
     Tensor ln2_full;
     Tensor up, gate, act;  // (N, H) cdt: pre-activation(s) and the activation; (M, H) under MoE
@@ -424,9 +426,11 @@ Transformer::Activations& Transformer::slot_activations(int slot, int64_t B, int
     p.ln1_rstd = alloc({R}, DType::kF32);
     p.ln1_full = gathered(p.ln1, {N, C});
     if (gpt2) p.qkv = alloc({N, Q + 2 * K}, cdt);
-    p.q = alloc({B, T, QH, HS}, cdt);
-    p.k = alloc({B, T, KH, HS}, cdt);
-    p.v = alloc({B, T, KH, HS}, cdt);
+    if (!attention_reads_qkv()) {
+      p.q = alloc({B, T, QH, HS}, cdt);
+      p.k = alloc({B, T, KH, HS}, cdt);
+      p.v = alloc({B, T, KH, HS}, cdt);
+    }
     if (recompute_ == Recompute::kSelective) {
       p.att = w.recomputed.att;
       p.lse = w.recomputed.lse;
@@ -485,9 +489,11 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
   w->dy_full = gathered(w->dy, {N, C});
   w->dresidual_full = gathered(w->dresidual, {N, C});
   w->datt = alloc({B, T, QH, HS}, cdt);
-  w->dq = alloc({B, T, QH, HS}, cdt);
-  w->dk = alloc({B, T, KH, HS}, cdt);
-  w->dv = alloc({B, T, KH, HS}, cdt);
+  if (!attention_reads_qkv()) {
+    w->dq = alloc({B, T, QH, HS}, cdt);
+    w->dk = alloc({B, T, KH, HS}, cdt);
+    w->dv = alloc({B, T, KH, HS}, cdt);
+  }
   if (c.position == PositionKind::kRope) {
     w->dq_in = alloc({B, T, QH, HS}, cdt);
     w->dk_in = alloc({B, T, KH, HS}, cdt);
@@ -520,9 +526,11 @@ Transformer::Scratch& Transformer::scratch(int64_t B, int64_t T) {
     p.ln1_rstd = alloc({R}, DType::kF32);
     p.ln1_full = gathered(p.ln1, {N, C});
     if (c.family == ModelFamily::kGpt2) p.qkv = alloc({N, Q + 2 * K}, cdt);
-    p.q = alloc({B, T, QH, HS}, cdt);
-    p.k = alloc({B, T, KH, HS}, cdt);
-    p.v = alloc({B, T, KH, HS}, cdt);
+    if (!attention_reads_qkv()) {
+      p.q = alloc({B, T, QH, HS}, cdt);
+      p.k = alloc({B, T, KH, HS}, cdt);
+      p.v = alloc({B, T, KH, HS}, cdt);
+    }
     p.mid = alloc({R, C}, DType::kF32);
     p.ln2 = alloc({R, C}, cdt);
     p.ln2_mean = alloc({R}, DType::kF32);
@@ -614,12 +622,20 @@ void Transformer::rotate(Tensor& out, const Tensor& in, bool backward) const {
   }
 }
 
-void Transformer::attention(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
-                            const Tensor& v, int64_t l) {
+bool Transformer::attention_reads_qkv() const {
+  return config_.family == ModelFamily::kGpt2 && config_.position != PositionKind::kRope &&
+         !context_parallel_on();
+}
+
+void Transformer::attention(Activations& a, int64_t l) {
+  Activations::PerLayer& p = a.layer[size_t(l)];
   if (context_parallel_on()) {
-    cp_.attention_forward(arena_, out, lse, q, k, v, fmt::format("layer {} attention", l));
+    cp_.attention_forward(arena_, p.att, p.lse, p.q, p.k, p.v,
+                          fmt::format("layer {} attention", l));
+  } else if (attention_reads_qkv()) {
+    attention_forward_qkv(p.att, p.lse, p.qkv);
   } else {
-    attention_forward(out, lse, q, k, v);
+    attention_forward(p.att, p.lse, p.q, p.k, p.v);
   }
 }
 
@@ -740,20 +756,24 @@ double Transformer::layer_forward(Activations& a, Scratch& w, int64_t l) {
   // Attention block: mid = x + out_proj(attention(norm1(x))).
   norm_forward(c, s, L.norm1, p.ln1, p.ln1_mean, p.ln1_rstd, a.residual[size_t(l)]);
   if (sp) tp_.all_gather_rows(p.ln1_full, p.ln1, fmt::format("layer {} ln_1 (fwd)", l));
-  Tensor q = p.q.view({N, Q}), k = p.k.view({N, K}), v = p.v.view({N, K});
-  if (L.qkv.size() == 1) {
+  if (attention_reads_qkv()) {
     linear_forward(s, L.qkv[0], p.qkv, p.ln1_full);
-    split_last_dim({&q, &k, &v}, p.qkv);
   } else {
-    linear_forward(s, L.qkv[0], q, p.ln1_full);
-    linear_forward(s, L.qkv[1], k, p.ln1_full);
-    linear_forward(s, L.qkv[2], v, p.ln1_full);
+    Tensor q = p.q.view({N, Q}), k = p.k.view({N, K}), v = p.v.view({N, K});
+    if (L.qkv.size() == 1) {
+      linear_forward(s, L.qkv[0], p.qkv, p.ln1_full);
+      split_last_dim({&q, &k, &v}, p.qkv);
+    } else {
+      linear_forward(s, L.qkv[0], q, p.ln1_full);
+      linear_forward(s, L.qkv[1], k, p.ln1_full);
+      linear_forward(s, L.qkv[2], v, p.ln1_full);
+    }
+    if (c.position == PositionKind::kRope) {
+      rotate(p.q, p.q, false);
+      rotate(p.k, p.k, false);
+    }
   }
-  if (c.position == PositionKind::kRope) {
-    rotate(p.q, p.q, false);
-    rotate(p.k, p.k, false);
-  }
-  attention(p.att, p.lse, p.q, p.k, p.v, l);
+  attention(a, l);
   linear_forward(s, L.out, w.proj_full, p.att.view({N, Q}), false);
   if (sp) {
     tp_.reduce_scatter_rows(w.proj, w.proj_full, fmt::format("layer {} attn out (fwd)", l));
@@ -1318,44 +1338,49 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
     Tensor db = s.grad(L.out.bias);
     bias_backward(db, w.dy);
   }
-  // Selective recompute: the attention core again from the kept q, k, v.
-  if (recompute_ == Recompute::kSelective) attention(p.att, p.lse, p.q, p.k, p.v, l);
+  // Selective recompute: the attention core again from the kept q, k, v (or qkv).
+  if (recompute_ == Recompute::kSelective) attention(a, l);
   Tensor datt = w.datt.view({N, Q});
   backward_linear(L.out, datt, false, w.dy_full, p.att.view({N, Q}), false);
   if (keep) keep->dy_attn.copy_from(w.dy_full);
-  w.dq.zero_();
-  w.dk.zero_();
-  w.dv.zero_();
-  if (context_parallel_on()) {
-    cp_.attention_backward(arena_, w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse,
-                           fmt::format("layer {} attention", l));
-  } else {
-    attention_backward(w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse);
-  }
-  Tensor dq = w.dq, dk = w.dk;
-  if (c.position == PositionKind::kRope) {
-    w.dq_in.zero_();
-    w.dk_in.zero_();
-    rotate(w.dq_in, w.dq, true);
-    rotate(w.dk_in, w.dk, true);
-    dq = w.dq_in;
-    dk = w.dk_in;
-  }
-  Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = w.dv.view({N, K});
-  if (L.qkv.size() == 1) {
-    concat_last_dim(w.dqkv, {&dq2, &dk2, &dv2});
+  if (attention_reads_qkv()) {
+    attention_backward_qkv(w.dqkv, w.datt, p.qkv, p.att, p.lse);
     backward_linear(L.qkv[0], w.dln_full, false, w.dqkv, p.ln1_full, true);
   } else {
-    backward_linear(L.qkv[0], w.dln_full, false, dq2, p.ln1_full, true);
-    backward_linear(L.qkv[1], w.dln_full, true, dk2, p.ln1_full, true);
-    backward_linear(L.qkv[2], w.dln_full, true, dv2, p.ln1_full, true);
+    w.dq.zero_();
+    w.dk.zero_();
+    w.dv.zero_();
+    if (context_parallel_on()) {
+      cp_.attention_backward(arena_, w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse,
+                             fmt::format("layer {} attention", l));
+    } else {
+      attention_backward(w.dq, w.dk, w.dv, w.datt, p.q, p.k, p.v, p.att, p.lse);
+    }
+    Tensor dq = w.dq, dk = w.dk;
+    if (c.position == PositionKind::kRope) {
+      w.dq_in.zero_();
+      w.dk_in.zero_();
+      rotate(w.dq_in, w.dq, true);
+      rotate(w.dk_in, w.dk, true);
+      dq = w.dq_in;
+      dk = w.dk_in;
+    }
+    Tensor dq2 = dq.view({N, Q}), dk2 = dk.view({N, K}), dv2 = w.dv.view({N, K});
+    if (L.qkv.size() == 1) {
+      concat_last_dim(w.dqkv, {&dq2, &dk2, &dv2});
+      backward_linear(L.qkv[0], w.dln_full, false, w.dqkv, p.ln1_full, true);
+    } else {
+      backward_linear(L.qkv[0], w.dln_full, false, dq2, p.ln1_full, true);
+      backward_linear(L.qkv[1], w.dln_full, true, dk2, p.ln1_full, true);
+      backward_linear(L.qkv[2], w.dln_full, true, dv2, p.ln1_full, true);
+    }
+    if (keep && L.qkv.size() == 3) {
+      keep->dq.copy_from(dq2);
+      keep->dk.copy_from(dk2);
+      keep->dv.copy_from(dv2);
+    }
   }
   if (keep && L.qkv.size() == 1) keep->dqkv.copy_from(w.dqkv);
-  if (keep && L.qkv.size() == 3) {
-    keep->dq.copy_from(dq2);
-    keep->dk.copy_from(dk2);
-    keep->dv.copy_from(dv2);
-  }
   reduce_dln(fmt::format("layer {} ln_1 (bwd)", l));
   norm_backward(c, s, L.norm1, w.dresidual, w.dln, a.residual[size_t(l)], p.ln1_mean, p.ln1_rstd);
   report_layer_grads_ready(L);

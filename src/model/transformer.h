@@ -182,9 +182,14 @@ class Transformer {
   void position_grads(const Tensor& drows, int64_t first_row, int64_t T) const;
   // RoPE at the positions' global offsets (forward: out = rope(in); backward: din += rope⁻¹).
   void rotate(Tensor& out, const Tensor& in, bool backward) const;
-  // Causal attention over the whole sequence: the kernel, or the ring under context parallelism.
-  void attention(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                 int64_t l);
+  // q, k and v stay in GPT-2's fused projection output, where attention reads them (and its
+  // backward writes their gradient), unless RoPE rotates them or the ring of context
+  // parallelism passes k and v around: then they are split into buffers of their own.
+  // model/model_description.cpp and plan/lattice_activations.cpp count the buffers by this rule.
+  bool attention_reads_qkv() const;
+  // Causal attention over the whole sequence of layer l's activations into p.att and p.lse: the
+  // kernel, or the ring under context parallelism.
+  void attention(Activations& a, int64_t l);
 
   ModelConfig config_;
   Arena& arena_;

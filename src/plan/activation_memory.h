@@ -22,10 +22,11 @@ struct ActivationOptions {
   int64_t tp = 1;           // t
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
-  bool dropout = false;         // 1-byte masks after attention probabilities, attention, MLP
-  bool flash_attention = true;  // s×s scores never stored; f32 log-sum-exp (a·s·b) instead
-  double activation_bytes = 2;  // bytes per stored activation element
-  int64_t ep = 1;               // expert parallelism (sparse layers): the experts' group size
+  bool dropout = false;           // 1-byte masks after attention probabilities, attention, MLP
+  bool flash_attention = true;    // s×s scores never stored; f32 log-sum-exp (a·s·b) instead
+  double activation_bytes = 2;    // bytes per stored activation element
+  int64_t ep = 1;                 // expert parallelism (sparse layers): the experts' group size
+  bool context_parallel = false;  // cp > 1 (the Lattice runtime's q, k, v buffers depend on it)
 };
 
 // Bytes stored between a layer's forward and its backward.

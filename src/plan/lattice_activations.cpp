@@ -22,6 +22,11 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   const double gathered = sp ? N * C * cdt : 0.0;  // an all-gathered copy of R rows under SP
   const double norm = R * C * cdt + 2.0 * R * f32 + gathered;  // output, mean, rstd (+ gathered)
   const double qkv = N * (Q + 2.0 * K) * cdt;
+  // Attention reads GPT-2's q, k, v in place in the fused projection output unless RoPE or the
+  // ring of context parallelism needs them apart (Transformer::attention_reads_qkv): then they
+  // are split copies, with gradients of their own.
+  const bool split_qkv = !model.fused_qkv || rope || o.context_parallel;
+  const double split = split_qkv ? qkv : 0.0;
   // Sparse layers (model/model_description.h's rows): every expert side is sized for the most
   // rows it may receive, X = ep · M, M the padded packed rows of N·k choices (spec/expert_rows.h).
   const double E = double(model.n_experts);
@@ -47,9 +52,9 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   // One layer's forward buffers: `core` the attention output and its log-sum-exp, `rest` all
   // else (Transformer's Activations::PerLayer).
   const double core = N * Q * cdt + N * QH * f32;
-  const double rest = norm + (model.fused_qkv ? qkv : 0.0) + qkv  // ln_1, c_attn, q k v
-                      + R * C * f32                               // mid-point of the residual
-                      + norm + mlp + experts;                     // ln_2, MLP
+  const double rest = norm + (model.fused_qkv ? qkv : 0.0) + split  // ln_1, c_attn, q k v
+                      + R * C * f32                                 // mid-point of the residual
+                      + norm + mlp + experts;                       // ln_2, MLP
   const double kept = o.recompute == Recompute::kFull        ? 0.0
                       : o.recompute == Recompute::kSelective ? rest
                                                              : rest + core;
@@ -81,7 +86,7 @@ LatticeActivationBytes lattice_activation_bytes(const ModelSpec& model, const Ac
   scratch += R * C * f32 + N * C * f32 + (sp ? R * C * f32 : 0.0);  // dresidual, dln (+ shard)
   if (!f32_compute) scratch += R * C * cdt;                         // dy in the compute dtype
   if (sp) scratch += N * C * cdt + N * C * f32;                     // gathered dy and dresidual
-  scratch += N * Q * cdt + qkv;                                     // datt, dq, dk, dv
+  scratch += N * Q * cdt + split;                                   // datt, dq, dk, dv
   if (rope) scratch += N * (Q + K) * cdt;                           // dq, dk before RoPE
   if (model.fused_qkv) scratch += qkv;                              // dqkv
   scratch += mlp + experts_scratch;                                 // dact, dup (+ dgate)

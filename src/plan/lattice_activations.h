@@ -5,7 +5,8 @@
 // by name). Korthikanti et al.'s model (activation_memory.h) counts what a layer must keep for
 // its backward in 2-byte activations; Lattice keeps more:
 //   - the residual stream in f32: each chunk's layer boundaries and each block's mid-point;
-//   - the fused QKV output (GPT-2's c_attn) and the split q, k, v copies;
+//   - the fused QKV output (GPT-2's c_attn), and split q, k, v copies where RoPE or context
+//     parallelism needs them (otherwise attention reads q, k, v in the fused output);
 //   - LayerNorm means and reciprocal deviations (also allocated for RMSNorm);
 //   - one set of backward buffers (gradients of the residual, norm output, attention, q/k/v,
 //     the MLP, RoPE inputs) and the f32 row-parallel output, whatever the layer count;

@@ -132,7 +132,8 @@ MemoryBreakdown estimate_stage_memory(const TrainingSetup& setup, const Layout& 
                                   .dropout = setup.dropout,
                                   .flash_attention = setup.flash_attention,
                                   .activation_bytes = bytes.activation,
-                                  .ep = layout.ep};
+                                  .ep = layout.ep,
+                                  .context_parallel = layout.cp > 1};
   const int64_t chunks =
       chunks_in_flight(layout.schedule, layout.pp, m, layout.virtual_stages, stage);
   const double layers_per_chunk = double(held_layers) / double(layout.virtual_stages);

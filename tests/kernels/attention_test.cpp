@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -298,6 +299,77 @@ TEST(Attention, ResultsDoNotDependOnTheThreadBudget) {
   }
 }
 
+// ---- q, k and v read in place from a fused projection's output (GPT-2's c_attn) ----
+
+// The fused projection output holding pr's q, k and v: (B·T, (NH + 2·NKV)·HS), each token's
+// query heads, then its key heads, then its value heads.
+Tensor fused_qkv(Arena& arena, const Problem& pr) {
+  const Dims& d = pr.d;
+  const size_t element = dtype_size(pr.q.dtype());
+  const size_t q_bytes = size_t(d.NH * d.HS) * element, kv_bytes = size_t(d.NKV * d.HS) * element;
+  Tensor qkv = Tensor::empty(arena, {d.B * d.T, (d.NH + 2 * d.NKV) * d.HS}, pr.q.dtype());
+  auto* dst = static_cast<std::byte*>(qkv.raw_data());
+  for (int64_t row = 0; row < d.B * d.T; ++row) {
+    std::byte* out = dst + size_t(row) * (q_bytes + 2 * kv_bytes);
+    std::memcpy(out, static_cast<const std::byte*>(pr.q.raw_data()) + row * q_bytes, q_bytes);
+    std::memcpy(out + q_bytes, static_cast<const std::byte*>(pr.k.raw_data()) + row * kv_bytes,
+                kv_bytes);
+    std::memcpy(out + q_bytes + kv_bytes,
+                static_cast<const std::byte*>(pr.v.raw_data()) + row * kv_bytes, kv_bytes);
+  }
+  return qkv;
+}
+
+// Columns [first, first + width) of every row of a 2-D tensor, as doubles.
+std::vector<double> columns_of(const Tensor& t, int64_t first, int64_t width) {
+  const std::vector<double> all = values_of(t);
+  const int64_t row_width = t.dim(1);
+  std::vector<double> out;
+  for (int64_t r = 0; r < t.dim(0); ++r) {
+    out.insert(out.end(), all.begin() + r * row_width + first,
+               all.begin() + r * row_width + first + width);
+  }
+  return out;
+}
+
+// The in-place reads and the whole-gradient writes change no bit against split q, k, v and
+// zeroed gradients, on one and two threads (two: the backward's two-pass path where there are
+// few (b, kv head) pairs), f32 and bf16, grouped heads, several tiles and a ragged last tile.
+TEST(AttentionFusedQkv, ReadsAndWritesTheBitsOfTheSplitTensors) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const Dims& d : {Dims{2, 130, 4, 2, 32}, Dims{3, 64, 4, 4, 32}, Dims{1, 200, 4, 1, 24}}) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(fmt::format("{} {} threads {}", describe(d), dtype_name(dtype), threads));
+        Arena arena("attention_test");
+        set_thread_budget(threads);
+        Problem pr(arena, d, dtype);
+        Tensor dq = Tensor::zeros(arena, pr.q.shape(), dtype);
+        Tensor dk = Tensor::zeros(arena, pr.k.shape(), dtype);
+        Tensor dv = Tensor::zeros(arena, pr.v.shape(), dtype);
+        pr.forward();
+        attention_backward(dq, dk, dv, pr.dout, pr.q, pr.k, pr.v, pr.out, pr.lse);
+
+        const Tensor qkv = fused_qkv(arena, pr);
+        Tensor out = Tensor::empty(arena, pr.out.shape(), dtype);
+        Tensor lse = Tensor::empty(arena, pr.lse.shape(), DType::kF32);
+        attention_forward_qkv(out, lse, qkv);
+        EXPECT_EQ(values_of(out), values_of(pr.out));
+        EXPECT_EQ(values_of(lse), values_of(pr.lse));
+        // Written whole, not added to: NaN anywhere left unwritten fails the comparison.
+        Tensor dqkv = Tensor::empty(arena, qkv.shape(), dtype);
+        std::vector<float> nan(size_t(dqkv.numel()), std::numeric_limits<float>::quiet_NaN());
+        convert(nan.data(), DType::kF32, dqkv.raw_data(), dtype, dqkv.numel());
+        attention_backward_qkv(dqkv, pr.dout, qkv, out, lse);
+        set_thread_budget(1);
+        const int64_t q_width = d.NH * d.HS, kv_width = d.NKV * d.HS;
+        EXPECT_EQ(columns_of(dqkv, 0, q_width), values_of(dq));
+        EXPECT_EQ(columns_of(dqkv, q_width, kv_width), values_of(dk));
+        EXPECT_EQ(columns_of(dqkv, q_width + kv_width, kv_width), values_of(dv));
+      }
+    }
+  }
+}
+
 // ---- key blocks (ring attention's pieces) ----
 
 // Positions t0 .. t0 + count of a (B, T, H, HS) tensor as a tensor of their own.
@@ -518,6 +590,25 @@ TEST(AttentionBlocks, KeysStartingAfterTheQueriesAreRefused) {
   Problem pr(arena, {1, 8, 2, 1, 16}, DType::kF32);
   expect_error<ValueError>([&] { attention_forward(pr.out, pr.lse, pr.q, pr.k, pr.v, -4); },
                            "start 4 positions before their keys");
+}
+
+TEST(AttentionFusedQkv, AProjectionOfTheWrongWidthOrAGradientOfAnotherDtypeIsRefused) {
+  Arena arena("attention_test");
+  const Dims d{1, 8, 4, 2, 16};
+  Problem pr(arena, d, DType::kBF16);
+  Tensor qkv = fused_qkv(arena, pr);
+  Tensor narrow = Tensor::zeros(arena, {8, 4 * 16 + 16}, DType::kBF16);
+  expect_error<ShapeError>([&] { attention_forward_qkv(pr.out, pr.lse, narrow); },
+                           "attention_forward_qkv: 'qkv' has shape");
+  Tensor short_rows = Tensor::zeros(arena, {7, (4 + 4) * 16}, DType::kBF16);
+  expect_error<ShapeError>([&] { attention_forward_qkv(pr.out, pr.lse, short_rows); }, "8 rows");
+  attention_forward_qkv(pr.out, pr.lse, qkv);
+  Tensor dqkv_i32 = Tensor::zeros(arena, qkv.shape(), DType::kI32);
+  expect_error<DTypeError>([&] { attention_backward_qkv(dqkv_i32, pr.dout, qkv, pr.out, pr.lse); },
+                           "'dqkv'");
+  Tensor dqkv_wide = Tensor::zeros(arena, {8, (4 + 6) * 16}, DType::kF32);
+  expect_error<ShapeError>([&] { attention_backward_qkv(dqkv_wide, pr.dout, qkv, pr.out, pr.lse); },
+                           "'dqkv'");
 }
 
 }  // namespace

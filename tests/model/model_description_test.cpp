@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "comm/thread_world.h"
 #include "core/philox.h"
@@ -280,11 +282,38 @@ TEST(ActivationTable, SequenceParallelSplitsTheResidualRowsOnly) {
   EXPECT_EQ(find(sp, "residual 0").local_shape, (Shape{4, 64}));
   EXPECT_EQ(find(sp, "residual 0").split, "token rows (sp)");
   EXPECT_EQ(find(sp, "layer 1 ln_1 (gathered)").local_shape, (Shape{16, 64}));
-  EXPECT_EQ(find(sp, "layer 0 q").local_shape, (Shape{kB, kT, 1, 16}));
-  EXPECT_EQ(find(sp, "layer 0 q").split, "heads");
+  EXPECT_EQ(find(sp, "layer 0 qkv").local_shape, (Shape{16, 3 * 16}));
+  EXPECT_EQ(find(sp, "layer 0 qkv").split, "heads");
   EXPECT_EQ(find(sp, "layer 0 mlp up").local_shape, (Shape{16, 64}));
   EXPECT_EQ(find(sp, "logits").local_shape, (Shape{16, 64}));  // 256 / 4 classes per rank
   EXPECT_EQ(find(sp, "logits").split, "vocab");
+}
+
+// GPT-2's attention reads q, k and v in the fused projection's output: no split copies and no
+// gradients of their own, unless the ring of context parallelism (or RoPE) needs them apart.
+TEST(ActivationTable, Gpt2KeepsQkvSplitOnlyUnderContextParallelismOrRope) {
+  auto names = [](const ActivationTable& t) {
+    std::set<std::string> out;
+    for (const ActivationRow& row : t.rows) out.insert(row.name);
+    return out;
+  };
+  const ModelConfig gpt2 = model_preset("gpt2-tiny");
+  RankWorkload w{gpt2, {}, kB, kT, DType::kF32};
+  const std::set<std::string> in_place = names(activation_table(w));
+  EXPECT_TRUE(in_place.contains("layer 0 qkv"));
+  for (const char* split : {"layer 0 q", "layer 0 k", "layer 0 v", "grad q", "grad k", "grad v"}) {
+    EXPECT_FALSE(in_place.contains(split)) << split;
+  }
+  EXPECT_TRUE(in_place.contains("grad qkv"));
+  w.context_parallel = true;
+  const std::set<std::string> ring = names(activation_table(w));
+  for (const char* split : {"layer 0 q", "layer 0 k", "layer 0 v", "grad q", "grad k", "grad v"}) {
+    EXPECT_TRUE(ring.contains(split)) << split;
+  }
+  const std::set<std::string> rope =
+      names(activation_table({testing::test_model("gpt2-swiglu-rope"), {}, kB, kT, DType::kF32}));
+  EXPECT_TRUE(rope.contains("layer 0 q"));
+  EXPECT_TRUE(rope.contains("grad q (before rope)"));
 }
 
 TEST(ModelDescription, LayoutsTheModelCannotTakeAreConfigErrors) {
