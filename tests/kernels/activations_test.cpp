@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <vector>
 
 #include "op_registry.h"
 
@@ -73,6 +76,63 @@ TEST(Activations, ExtremeInputsSaturateWithoutNaN) {
   Tensor up = optest::make_tensor(arena, {6}, DType::kF32, Buffer(6, 1.0));
   swiglu_forward(out, inp, up);
   EXPECT_EQ(optest::to_buffer(out), (Buffer{-0.0, -0.0, -0.0, 90.0, 200.0, 1e4}));
+}
+
+// On f32 tensors the kernels run blocks of 16 elements on vectors (kernels/simd.h) and the last
+// n % 16 on scalars. Both give the same bits, infinities and underflow included (a NaN's sign
+// aside):
+// every element computed alone (a 1-element tensor is all tail) equals the same element of a
+// whole run (all vectors). bf16 tensors run the scalar loop throughout: checked the same way.
+TEST(Activations, TheVectorBodyAndTheScalarTailGiveTheSameBits) {
+  constexpr int64_t n = 16 * 48;
+  Buffer x(n), g(n), d(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = -12.0 + 24.0 * double(i) / double(n);  // saturated tails and the curve
+    g[i] = 0.5 - double((i * 37) % 101) / 101.0;
+    d[i] = double((i * 53) % 97) / 97.0 - 0.3;
+  }
+  const double specials[] = {std::nan(""), INFINITY, -INFINITY, 1e30,   -1e30, 1e-40,
+                             -0.0,         -10.3,    -90.0,     -105.0, 89.5,  45.0};
+  for (size_t j = 0; j < std::size(specials); ++j) x[j * 61 % n] = specials[j];
+  // Bit for bit, but any NaN equals any NaN (its sign and payload depend on operand order).
+  auto same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Arena arena("test");
+    // ops(x, g, d, out1, out2): the four kernels into fresh outputs from the same inputs.
+    auto run = [&](const Tensor& xs, const Tensor& gs, const Tensor& ds) {
+      const Shape shape = xs.shape();
+      std::vector<Tensor> outs;
+      Tensor act = Tensor::zeros(arena, shape, dtype);
+      gelu_forward(act, xs);
+      Tensor dx = optest::make_tensor(arena, shape, dtype, optest::to_buffer(gs));
+      gelu_backward(dx, ds, xs);
+      Tensor glu = Tensor::zeros(arena, shape, dtype);
+      swiglu_forward(glu, xs, gs);
+      Tensor dgate = optest::make_tensor(arena, shape, dtype, optest::to_buffer(ds));
+      Tensor dup = optest::make_tensor(arena, shape, dtype, optest::to_buffer(gs));
+      swiglu_backward(dgate, dup, ds, xs, gs);
+      return std::vector<Tensor>{act, dx, glu, dgate, dup};
+    };
+    const std::vector<Tensor> whole =
+        run(optest::make_tensor(arena, {n}, dtype, x), optest::make_tensor(arena, {n}, dtype, g),
+            optest::make_tensor(arena, {n}, dtype, d));
+    const char* names[] = {"gelu fwd", "gelu bwd", "swiglu fwd", "swiglu bwd dgate",
+                           "swiglu bwd dup"};
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<Tensor> alone = run(optest::make_tensor(arena, {1}, dtype, {x[size_t(i)]}),
+                                            optest::make_tensor(arena, {1}, dtype, {g[size_t(i)]}),
+                                            optest::make_tensor(arena, {1}, dtype, {d[size_t(i)]}));
+      for (size_t k = 0; k < alone.size(); ++k) {
+        const double one = optest::to_buffer(alone[k])[0];
+        const double all = optest::to_buffer(whole[k])[size_t(i)];
+        ASSERT_TRUE(same(one, all)) << names[k] << " of element " << i << " (x = " << x[size_t(i)]
+                                    << "): alone " << one << ", in a vector " << all;
+      }
+    }
+  }
 }
 
 TEST(Activations, BadArgumentsRaiseErrorsNamingKernelAndArgument) {
