@@ -360,9 +360,14 @@ void mask_future_keys(float* s_t, int64_t q0, int64_t k0, int64_t keys) {
 }
 
 // Online softmax over one key tile (Milakov & Gimelshein 2018): rescales the running sums and
-// the output rows to the new maximum and turns s_t into probabilities e^(s − max).
-void online_softmax(ForwardWorkspace& ws, int64_t keys, int64_t hsp) {
-  float new_max[kTile], rescale[kTile], tile_sum[kTile];
+// the output rows to the new maximum and turns s_t into probabilities e^(s − max). Query rows
+// before first_visible[c] do not see key c: their scores are −∞ (mask_future_keys) and their
+// probabilities 0, written without computing e^−∞. On the first key tile the running sums and
+// the output rows are still 0, so there is nothing to rescale.
+void online_softmax(ForwardWorkspace& ws, int64_t keys, int64_t hsp, const int64_t* first_visible,
+                    bool first_tile) {
+  alignas(64) float new_max[kTile], tile_sum[kTile];
+  float rescale[kTile];
   for (int64_t r = 0; r < kTile; ++r) {
     new_max[r] = ws.row_max[r];
     tile_sum[r] = 0.0f;
@@ -371,14 +376,22 @@ void online_softmax(ForwardWorkspace& ws, int64_t keys, int64_t hsp) {
     const float* col = ws.s_t.data() + c * kTile;
     for (int64_t r = 0; r < kTile; ++r) new_max[r] = col[r] > new_max[r] ? col[r] : new_max[r];
   }
-  for (int64_t r = 0; r < kTile; ++r) rescale[r] = kernel::exp_fast(ws.row_max[r] - new_max[r]);
   for (int64_t c = 0; c < keys; ++c) {
     float* col = ws.s_t.data() + c * kTile;
-    for (int64_t r = 0; r < kTile; ++r) {
-      col[r] = kernel::exp_fast(col[r] - new_max[r]);
-      tile_sum[r] += col[r];
+    const int64_t hidden_vecs = first_visible[c] / kVecLanes;  // whole vectors of −∞
+    std::fill(col, col + hidden_vecs * kVecLanes, 0.0f);
+    for (int64_t r = hidden_vecs * kVecLanes; r < kTile; r += kVecLanes) {
+      const Vec p = kernel::exp_vec(load_vec(col + r) - load_vec(new_max + r));
+      store_vec(col + r, p);
+      store_vec(tile_sum + r, load_vec(tile_sum + r) + p);
     }
   }
+  if (first_tile) {
+    std::copy(tile_sum, tile_sum + kTile, ws.row_sum);
+    std::copy(new_max, new_max + kTile, ws.row_max);
+    return;
+  }
+  for (int64_t r = 0; r < kTile; ++r) rescale[r] = kernel::exp_fast(ws.row_max[r] - new_max[r]);
   for (int64_t r = 0; r < kTile; ++r) {
     ws.row_sum[r] = ws.row_sum[r] * rescale[r] + tile_sum[r];
     ws.row_max[r] = new_max[r];
@@ -437,8 +450,14 @@ void forward_query_tile(const ForwardArgs& args, ForwardWorkspace& ws, int64_t b
     const Band visible_scores{.lo = k0 - qs};
     tile_gemm(ws.s_t.data(), kTile, row_major(k_tile.data, k_tile.ld), ws.q_t.data(), kTile, keys,
               kTile, d.HS, false, visible_scores);
-    if (k0 + keys - 1 > qs) mask_future_keys(ws.s_t.data(), qs, k0, keys);
-    online_softmax(ws, keys, hsp);
+    int64_t first_visible[kTile] = {};  // the first query row that sees key k0 + c
+    if (k0 + keys - 1 > qs) {
+      mask_future_keys(ws.s_t.data(), qs, k0, keys);
+      for (int64_t c = 0; c < keys; ++c) {
+        first_visible[c] = std::clamp<int64_t>(k0 + c - qs, 0, kTile);
+      }
+    }
+    online_softmax(ws, keys, hsp, first_visible, k0 == 0);
     // O (queries × HSP) += P (queries × keys) · V (keys × HSP), P read from Sᵀ.
     tile_gemm(ws.o.data(), hsp, transposed(ws.s_t.data(), kTile), v_tile.data, v_tile.ld, queries,
               hsp, keys, true, {}, Band{.hi = qs - k0});
@@ -484,7 +503,8 @@ struct BackwardArgs {
 };
 
 // P = exp(S − lse) over one (queries × keys) tile, 0 for keys after the query or past TK; then
-// dS = P ∘ (dP − D), with dP arriving in ds. Hidden entries are overwritten, never read:
+// dS = P ∘ (dP − D), with dP arriving in ds. Vectors of 16 keys and a scalar tail, the same bits
+// (kernels/simd.h). Hidden entries are overwritten, never read:
 // tile_gemm left whatever was there in the blocks it skipped.
 void probabilities_and_score_grads(BackwardWorkspace& ws, const float* lse, const float* delta,
                                    int64_t qs, int64_t k0, int64_t queries, int64_t keys) {
@@ -493,7 +513,13 @@ void probabilities_and_score_grads(BackwardWorkspace& ws, const float* lse, cons
     float* ds = ws.ds.data() + r * kTile;
     // Keys k0 .. k0 + visible − 1 are at or before query qs + r (in key coordinates).
     const int64_t visible = std::clamp<int64_t>(qs + r - k0 + 1, 0, keys);
-    for (int64_t c = 0; c < visible; ++c) {
+    int64_t c = 0;
+    for (; c + kVecLanes <= visible; c += kVecLanes) {
+      const Vec pc = kernel::exp_vec(load_vec(p + c) - lse[r]);
+      store_vec(p + c, pc);
+      store_vec(ds + c, pc * (load_vec(ds + c) - delta[r]));
+    }
+    for (; c < visible; ++c) {
       p[c] = kernel::exp_fast(p[c] - lse[r]);
       ds[c] = p[c] * (ds[c] - delta[r]);
     }
