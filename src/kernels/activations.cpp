@@ -49,11 +49,13 @@ struct ScalarAccess {
   static void store_at(T* p, int64_t i, float v) {
     p[i] = store_as<T>(v);
   }
+  static float zero() { return 0.0f; }
 };
 // ... and of the vector body: 16 of them from element i on, f32 only.
 struct VectorAccess {
   static Vec load_at(const float* p, int64_t i) { return load_vec(p + i); }
   static void store_at(float* p, int64_t i, Vec v) { store_vec(p + i, v); }
+  static Vec zero() { return Vec{}; }
 };
 
 // Every operand f32: bf16 operands stay on the scalar loop, where rounding to bf16 costs less
@@ -100,7 +102,7 @@ void gelu_forward(Tensor& out, const Tensor& inp) {
       out, inp);
 }
 
-void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, bool accumulate) {
   const KernelTimer timer("gelu bwd", 0, kernel::bytes_of({&dinp, &dout, &inp}));
   constexpr std::string_view kOp = "gelu_backward";
   expect_float_dtype(dinp, kOp, "dinp");
@@ -111,13 +113,15 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   visit_floats(
       [&](auto* dx, auto* dy, auto* x) {
         for_each_element<kAllF32<decltype(dx), decltype(dy), decltype(x)>>(
-            inp.numel(), [dx, dy, x](int64_t i, auto access) {
+            inp.numel(), [dx, dy, x, accumulate](int64_t i, auto access) {
               const auto v = access.load_at(x, i);
               const auto u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
               const auto du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
               const auto s = sigmoid_of(2.0f * u);
               const auto local = s + v * 2.0f * s * (1.0f - s) * du;
-              access.store_at(dx, i, access.load_at(dx, i) + access.load_at(dy, i) * local);
+              // Written: 0 + the gradient, which rounds as adding into zeros does.
+              const auto prior = accumulate ? access.load_at(dx, i) : access.zero();
+              access.store_at(dx, i, prior + access.load_at(dy, i) * local);
             });
       },
       dinp, dout, inp);
@@ -143,7 +147,7 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
 }
 
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
-                     const Tensor& up) {
+                     const Tensor& up, bool accumulate) {
   const KernelTimer timer("swiglu bwd", 0, kernel::bytes_of({&dgate, &dup, &dout, &gate, &up}));
   constexpr std::string_view kOp = "swiglu_backward";
   expect_float_dtype(dgate, kOp, "dgate");
@@ -159,14 +163,16 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
       [&](auto* dg, auto* du, auto* dy, auto* g, auto* u) {
         for_each_element<
             kAllF32<decltype(dg), decltype(du), decltype(dy), decltype(g), decltype(u)>>(
-            gate.numel(), [dg, du, dy, g, u](int64_t i, auto access) {
+            gate.numel(), [dg, du, dy, g, u, accumulate](int64_t i, auto access) {
               const auto gv = access.load_at(g, i);
               const auto s = sigmoid_of(gv);
               const auto silu = gv * s;
               const auto dsilu = s * (1.0f + gv * (1.0f - s));  // d/dg g·σ(g)
               const auto d = access.load_at(dy, i);
-              access.store_at(dg, i, access.load_at(dg, i) + d * access.load_at(u, i) * dsilu);
-              access.store_at(du, i, access.load_at(du, i) + d * silu);
+              const auto prior_g = accumulate ? access.load_at(dg, i) : access.zero();
+              const auto prior_u = accumulate ? access.load_at(du, i) : access.zero();
+              access.store_at(dg, i, prior_g + d * access.load_at(u, i) * dsilu);
+              access.store_at(du, i, prior_u + d * silu);
             });
       },
       dgate, dup, dout, gate, up);

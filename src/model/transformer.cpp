@@ -993,14 +993,12 @@ void Transformer::moe_backward(Activations& a, Scratch& w, int64_t l) {
   });
   if (X > 0) {
     Tensor dup = w.dup.slice_rows(0, X);
-    dup.zero_();
     if (c.mlp == MlpKind::kGelu) {
-      gelu_backward(dup, w.dact.slice_rows(0, X), p.up.slice_rows(0, X));
+      gelu_backward(dup, w.dact.slice_rows(0, X), p.up.slice_rows(0, X), /*accumulate=*/false);
     } else {
       Tensor dgate = w.dgate.slice_rows(0, X);
-      dgate.zero_();
       swiglu_backward(dgate, dup, w.dact.slice_rows(0, X), p.gate.slice_rows(0, X),
-                      p.up.slice_rows(0, X));
+                      p.up.slice_rows(0, X), /*accumulate=*/false);
     }
   }
   for_each_block([&](size_t e, int64_t begin, int64_t end) {
@@ -1316,13 +1314,11 @@ void Transformer::layer_backward(Activations& a, Scratch& w, int64_t l, bool def
   } else {
     backward_linear(L.down, w.dact, false, w.dy_full, p.act, false);
     if (keep) keep->dy_mlp.copy_from(w.dy_full);
-    w.dup.zero_();
     if (c.mlp == MlpKind::kGelu) {
-      gelu_backward(w.dup, w.dact, p.up);
+      gelu_backward(w.dup, w.dact, p.up, /*accumulate=*/false);
       backward_linear(L.up, w.dln_full, false, w.dup, p.ln2_full, true);
     } else {
-      w.dgate.zero_();
-      swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up);
+      swiglu_backward(w.dgate, w.dup, w.dact, p.gate, p.up, /*accumulate=*/false);
       backward_linear(L.gate, w.dln_full, false, w.dgate, p.ln2_full, true);
       backward_linear(L.up, w.dln_full, true, w.dup, p.ln2_full, true);
       if (keep) keep->dgate.copy_from(w.dgate);

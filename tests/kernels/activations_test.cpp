@@ -135,6 +135,37 @@ TEST(Activations, TheVectorBodyAndTheScalarTailGiveTheSameBits) {
   }
 }
 
+// accumulate = false writes the gradients without reading what was there: from NaN everywhere
+// they come out as added into zeros, bit for bit (the model skips the zeroing pass this way).
+TEST(Activations, WrittenGradientsAreTheBitsOfGradientsAddedIntoZeros) {
+  constexpr int64_t n = 16 * 5 + 7;  // vector blocks and a scalar tail
+  Buffer x(n), g(n), d(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[size_t(i)] = -6.0 + 12.0 * double(i) / double(n);
+    g[size_t(i)] = 0.5 - double((i * 37) % 101) / 101.0;
+    d[size_t(i)] = double((i * 53) % 97) / 97.0 - 0.3;
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Arena arena("test");
+    const Tensor xs = optest::make_tensor(arena, {n}, dtype, x);
+    const Tensor gs = optest::make_tensor(arena, {n}, dtype, g);
+    const Tensor ds = optest::make_tensor(arena, {n}, dtype, d);
+    auto nan = [&] { return optest::make_tensor(arena, {n}, dtype, Buffer(n, std::nan(""))); };
+    Tensor added = Tensor::zeros(arena, {n}, dtype), written = nan();
+    gelu_backward(added, ds, xs);
+    gelu_backward(written, ds, xs, /*accumulate=*/false);
+    EXPECT_EQ(optest::to_buffer(written), optest::to_buffer(added)) << "gelu";
+    Tensor added_gate = Tensor::zeros(arena, {n}, dtype),
+           added_up = Tensor::zeros(arena, {n}, dtype);
+    Tensor written_gate = nan(), written_up = nan();
+    swiglu_backward(added_gate, added_up, ds, xs, gs);
+    swiglu_backward(written_gate, written_up, ds, xs, gs, /*accumulate=*/false);
+    EXPECT_EQ(optest::to_buffer(written_gate), optest::to_buffer(added_gate)) << "swiglu dgate";
+    EXPECT_EQ(optest::to_buffer(written_up), optest::to_buffer(added_up)) << "swiglu dup";
+  }
+}
+
 TEST(Activations, BadArgumentsRaiseErrorsNamingKernelAndArgument) {
   Arena arena("test");
   Tensor a = Tensor::zeros(arena, {4, 8}, DType::kF32);
