@@ -65,6 +65,28 @@ template <class... Pointers>
 inline constexpr bool kAllF32 =
     (std::is_same_v<std::remove_const_t<std::remove_pointer_t<Pointers>>, float> && ...);
 
+// What a backward adds its gradient to: the element already there, or 0 when it writes (0 +
+// the gradient rounds as adding into zeros does). A compile-time choice: a branch inside the
+// loop keeps the compiler from vectorising the bf16 (scalar-access) loop.
+template <class Access, class T>
+auto prior_at(std::bool_constant<true>, Access access, const T* p, int64_t i) {
+  return access.load_at(p, i);
+}
+template <class Access, class T>
+auto prior_at(std::bool_constant<false>, Access access, const T*, int64_t) {
+  return access.zero();
+}
+
+// f(std::true_type) to accumulate, f(std::false_type) to write.
+template <class F>
+void with_accumulate(bool accumulate, F&& f) {
+  if (accumulate) {
+    f(std::true_type());
+  } else {
+    f(std::false_type());
+  }
+}
+
 // body(i, access) over n elements, split over the rank thread's budget: with Vectorise blocks
 // of 16, then a scalar tail; otherwise all scalar. Bodies capture their pointers by value: a
 // store through one could otherwise alias the captured variables and every iteration would
@@ -110,21 +132,22 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, bool acc
   expect_float_dtype(inp, kOp, "inp");
   expect_same_shape(dinp, inp, kOp, "dinp", "inp");
   expect_same_shape(dout, inp, kOp, "dout", "inp");
-  visit_floats(
-      [&](auto* dx, auto* dy, auto* x) {
-        for_each_element<kAllF32<decltype(dx), decltype(dy), decltype(x)>>(
-            inp.numel(), [dx, dy, x, accumulate](int64_t i, auto access) {
-              const auto v = access.load_at(x, i);
-              const auto u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-              const auto du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-              const auto s = sigmoid_of(2.0f * u);
-              const auto local = s + v * 2.0f * s * (1.0f - s) * du;
-              // Written: 0 + the gradient, which rounds as adding into zeros does.
-              const auto prior = accumulate ? access.load_at(dx, i) : access.zero();
-              access.store_at(dx, i, prior + access.load_at(dy, i) * local);
-            });
-      },
-      dinp, dout, inp);
+  with_accumulate(accumulate, [&](auto adds) {
+    visit_floats(
+        [&](auto* dx, auto* dy, auto* x) {
+          for_each_element<kAllF32<decltype(dx), decltype(dy), decltype(x)>>(
+              inp.numel(), [dx, dy, x, adds](int64_t i, auto access) {
+                const auto v = access.load_at(x, i);
+                const auto u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+                const auto du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+                const auto s = sigmoid_of(2.0f * u);
+                const auto local = s + v * 2.0f * s * (1.0f - s) * du;
+                access.store_at(dx, i,
+                                prior_at(adds, access, dx, i) + access.load_at(dy, i) * local);
+              });
+        },
+        dinp, dout, inp);
+  });
 }
 
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
@@ -159,23 +182,24 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
   expect_same_shape(dgate, gate, kOp, "dgate", "gate");
   expect_same_shape(dup, gate, kOp, "dup", "gate");
   expect_same_shape(dout, gate, kOp, "dout", "gate");
-  visit_floats(
-      [&](auto* dg, auto* du, auto* dy, auto* g, auto* u) {
-        for_each_element<
-            kAllF32<decltype(dg), decltype(du), decltype(dy), decltype(g), decltype(u)>>(
-            gate.numel(), [dg, du, dy, g, u, accumulate](int64_t i, auto access) {
-              const auto gv = access.load_at(g, i);
-              const auto s = sigmoid_of(gv);
-              const auto silu = gv * s;
-              const auto dsilu = s * (1.0f + gv * (1.0f - s));  // d/dg g·σ(g)
-              const auto d = access.load_at(dy, i);
-              const auto prior_g = accumulate ? access.load_at(dg, i) : access.zero();
-              const auto prior_u = accumulate ? access.load_at(du, i) : access.zero();
-              access.store_at(dg, i, prior_g + d * access.load_at(u, i) * dsilu);
-              access.store_at(du, i, prior_u + d * silu);
-            });
-      },
-      dgate, dup, dout, gate, up);
+  with_accumulate(accumulate, [&](auto adds) {
+    visit_floats(
+        [&](auto* dg, auto* du, auto* dy, auto* g, auto* u) {
+          for_each_element<
+              kAllF32<decltype(dg), decltype(du), decltype(dy), decltype(g), decltype(u)>>(
+              gate.numel(), [dg, du, dy, g, u, adds](int64_t i, auto access) {
+                const auto gv = access.load_at(g, i);
+                const auto s = sigmoid_of(gv);
+                const auto silu = gv * s;
+                const auto dsilu = s * (1.0f + gv * (1.0f - s));  // d/dg g·σ(g)
+                const auto d = access.load_at(dy, i);
+                access.store_at(dg, i,
+                                prior_at(adds, access, dg, i) + d * access.load_at(u, i) * dsilu);
+                access.store_at(du, i, prior_at(adds, access, du, i) + d * silu);
+              });
+        },
+        dgate, dup, dout, gate, up);
+  });
 }
 
 }  // namespace lattice
