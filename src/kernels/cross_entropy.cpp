@@ -7,15 +7,22 @@
 #include <vector>
 
 #include "kernels/kernel_support.h"
+#include "kernels/simd.h"
 
 namespace lattice {
 
 using kernel::Elem;
 using kernel::exp_fast;
+using kernel::exp_vec;
+using kernel::kVecLanes;
 using kernel::load;
+using kernel::load_vec;
 using kernel::max_lanes;
 using kernel::store_as;
+using kernel::store_vec;
 using kernel::sum_lanes;
+using kernel::sum_lanes_vec;
+using kernel::Vec;
 using kernel::visit_floats;
 
 namespace {
@@ -55,11 +62,20 @@ struct RowStats {
   float sum;  // Σ exp(x - max) ≥ 1
 };
 
+// Σ exp(x[v] − max) over v < count, f32 logits on vectors (kernels/simd.h: the same bits).
+float sum_exp_of(const float* x, int64_t count, float max) {
+  return sum_lanes_vec(
+      count, [&](int64_t v) { return exp_vec(load_vec(x + v) - max); },
+      [&](int64_t v) { return exp_fast(x[v] - max); });
+}
+float sum_exp_of(const bf16* x, int64_t count, float max) {
+  return sum_lanes(count, [&](int64_t v) { return exp_fast(load(x[v]) - max); });
+}
+
 template <class T>
 RowStats row_stats_of(const T* x, int64_t vocab) {
   const float m = max_lanes(vocab, [&](int64_t v) { return load(x[v]); });
-  const float s = sum_lanes(vocab, [&](int64_t v) { return exp_fast(load(x[v]) - m); });
-  return {m, s};
+  return {m, sum_exp_of(x, vocab, m)};
 }
 
 // row_stats (2, N) f32 for `rows` rows of logits, or undefined.
@@ -90,7 +106,13 @@ void write_row_gradient(D* dr, const X* xr, int64_t vocab, int64_t target, RowSt
     float staged[kChunk];
     for (int64_t i = 0; i < count; ++i) staged[i] = load(xr[v0 + i]);
     const int64_t local_target = target - v0;
-    for (int64_t i = 0; i < count; ++i) {
+    int64_t i = 0;
+    for (; i + kVecLanes <= count; i += kVecLanes) {  // vectors, the scalar loop's bits
+      Vec onehot{};
+      if (local_target >= i && local_target < i + kVecLanes) onehot[local_target - i] = scale;
+      store_vec(staged + i, exp_vec(load_vec(staged + i) - max) * k - onehot);
+    }
+    for (; i < count; ++i) {
       const float onehot = i == local_target ? scale : 0.0f;
       staged[i] = exp_fast(staged[i] - max) * k - onehot;
     }
@@ -236,8 +258,7 @@ void cross_entropy_slice_sums(Tensor& sums, const Tensor& logits, const Tensor& 
   for (int64_t n = 0; n < rows; ++n) {
     const float* xr = x + n * width;
     const float max = m[n];
-    sum_exp[n] =
-        valid == 0 ? 0.0f : sum_lanes(valid, [&](int64_t v) { return exp_fast(xr[v] - max); });
+    sum_exp[n] = valid == 0 ? 0.0f : sum_exp_of(xr, valid, max);
     const int64_t local = int64_t(t[n]) - vocab_start;
     target_logit[n] = t[n] != ignore_index && local >= 0 && local < valid ? xr[local] : 0.0f;
   }

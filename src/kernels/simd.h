@@ -88,4 +88,22 @@ inline Vec sigmoid_vec(Vec x) {
   return splat(1.0f) / (splat(1.0f) + exp_vec(-x));
 }
 
+// kernel_support.h's sum_lanes with its whole 16-element blocks on vectors: vec_term(i) holds
+// term(i + j) in lane j, lane j sums what sum_lanes' accumulator j sums, in the same order, and
+// the lanes are folded by the same halving tree, so the result has sum_lanes' bits.
+template <class VecTerm, class Term>
+float sum_lanes_vec(int64_t n, VecTerm&& vec_term, Term&& term) {
+  static_assert(kVecLanes == kLanes, "one vector holds sum_lanes' accumulators");
+  Vec acc{};
+  int64_t i = 0;
+  for (; i + kVecLanes <= n; i += kVecLanes) acc += vec_term(i);
+  float lanes[kVecLanes];
+  store_vec(lanes, acc);
+  for (int j = 0; i < n; ++i, ++j) lanes[j] += term(i);
+  for (int width = kVecLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+  }
+  return lanes[0];
+}
+
 }  // namespace lattice::kernel
