@@ -538,21 +538,22 @@ TEST(ValidationLayouts, NamesParseAndPrint) {
 
 // ---- fused (flash-style) attention at long sequences: the planner against the arena ----
 
-// Activation bytes after a step of llama-tiny at sequence `seq` (one micro-batch of kGlobalBatch
+// Activation bytes after a step of `model` at sequence `seq` (one micro-batch of kGlobalBatch
 // sequences): predicted by the planner and measured by the arena.
-std::pair<double, double> long_sequence_activations(const char* layout_words, int64_t seq) {
+std::pair<double, double> long_sequence_activations(const char* layout_words, int64_t seq,
+                                                    const char* model = "llama-tiny") {
   Layout layout = parse_validation_layout(layout_words);
   layout.micro_batch = kGlobalBatch / layout.dp;
-  TrainingSetup setup = lattice_setup("llama-tiny", layout, Precision::kFp32);
+  TrainingSetup setup = lattice_setup(model, layout, Precision::kFp32);
   setup.model.max_seq_len = setup.seq_len = seq;
   const MemoryBreakdown predicted = estimate_memory(setup, layout);
 
   TrainConfig config;
-  config.model = trainer_model("llama-tiny");
+  config.model = trainer_model(model);
   config.model.seq_len = seq;
-  config.data_dir =
-      testing::make_corpus_dir(fmt::format("plan_long_{}_{}_{}", seq, layout.tp, layout.cp))
-          .string();
+  config.data_dir = testing::make_corpus_dir(
+                        fmt::format("plan_long_{}_{}_{}_{}", model, seq, layout.tp, layout.cp))
+                        .string();
   config.global_batch = kGlobalBatch;
   config.micro_batches = 1;
   config.seq_len = seq;
@@ -596,6 +597,16 @@ TEST(LongSequences, ContextParallelActivationsEqualTheArenaAndFallAsOneOverCp) {
     if (std::string(layout).starts_with("cp")) {
       EXPECT_NEAR(measured / measured_one, 1.0 / cp, 0.01) << layout;
     }
+  }
+}
+
+// GPT-2's attention reads q, k and v in place in the fused projection; under context
+// parallelism the ring needs them split (and their gradients apart). The planner counts each
+// case as the arena allocates it.
+TEST(LongSequences, Gpt2SplitsItsQkvOnlyUnderContextParallelismAsThePlannerCounts) {
+  for (const char* layout : {"dp1tp1", "cp2", "tp2+sp+cp2"}) {
+    const auto [predicted, measured] = long_sequence_activations(layout, 256, "gpt2-tiny");
+    EXPECT_DOUBLE_EQ(predicted, measured) << layout;
   }
 }
 
