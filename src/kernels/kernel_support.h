@@ -126,27 +126,37 @@ inline float max_lanes(int64_t n, Term&& term) {
 // ---- exp without libm calls, so loops around it vectorise (glibc's vector expf is only
 // declared under -ffast-math). Cody-Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then the
 // Cephes expf polynomial for e^r; max relative error ≈ 2e-7 over the normal range (tested in
-// kernel_support_test.cpp). 2^n is applied as two factors 2^(n/2)·2^(n - n/2), each a valid
-// normal float, so overflow to +inf and gradual underflow to 0 come out of the multiplication.
-inline float exp_fast(float x) {
+// kernel_support_test.cpp).
+
+// e^x = p · 2^n: returns p and sets n (a whole number). F is float, or a float vector
+// (kernels/simd.h's exp_vec), which runs the same operations lane by lane. Beyond the clamps
+// e^x is +inf or 0 in float anyway; a NaN compares false and clamps to -104, so the callers'
+// float-to-int conversions never see one.
+template <class F>
+inline F exp_reduce(F x, F& n) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRoundMagic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer
-  // Beyond these, e^x is +inf or 0 in float anyway. Written so that NaN clamps to -104 (every
-  // comparison with NaN is false): the float-to-int conversion below never sees a NaN.
-  float clamped = x > -104.0f ? x : -104.0f;
-  clamped = clamped < 89.0f ? clamped : 89.0f;
-  float n = (clamped * kLog2e + kRoundMagic) - kRoundMagic;
-  float r = clamped - n * kLn2Hi;
+  F clamped = x > -104.0f ? x : F{} + -104.0f;
+  clamped = clamped < 89.0f ? clamped : F{} + 89.0f;
+  n = (clamped * kLog2e + kRoundMagic) - kRoundMagic;
+  F r = clamped - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
+  F p = F{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+// 2^n is applied as two factors 2^(n/2)·2^(n - n/2), each a valid normal float, so overflow to
+// +inf and gradual underflow to 0 come out of the multiplication.
+inline float exp_fast(float x) {
+  float n;
+  const float p = exp_reduce(x, n);
   int32_t k = int32_t(n);
   int32_t k_half = k >> 1;
   float scale_a = bits_float(uint32_t(k_half + 127) << 23);

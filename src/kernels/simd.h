@@ -54,27 +54,15 @@ inline Vec fma_vec(Vec a, Vec b, Vec acc) {
 #endif
 }
 
-// exp_fast on every lane, its operations in its order (the same expressions, contracted into
-// the same fused multiply-adds); 2^n in one VSCALEFPS, which rounds the exact p·2^n once, as
-// exp_fast's two multiplications (an exact one, then a rounding one) do.
+// exp_fast on every lane: the same exp_reduce (kernel_support.h) on vectors, then 2^n in one
+// VSCALEFPS, which rounds the exact p·2^n once, as exp_fast's two multiplications (an exact one,
+// then a rounding one) do.
 inline Vec exp_vec(Vec x) {
 #if defined(__AVX512F__)
-  // Vector extensions where they say it, masked intrinsics (all lanes) where they cannot:
-  // GCC 12 warns on the unmasked ones' undefined pass-through operand.
-  constexpr __mmask16 kAll = 0xffff;
-  Vec clamped = x > -104.0f ? x : splat(-104.0f);  // NaN → -104, as exp_fast
-  clamped = clamped < 89.0f ? clamped : splat(89.0f);
-  const Vec n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  Vec r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  Vec p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const Vec result = Vec(_mm512_maskz_scalef_ps(kAll, __m512(p), __m512(n)));
+  Vec n;
+  const Vec p = exp_reduce(x, n);
+  // The masked form (all lanes): GCC 12 warns on the unmasked one's undefined pass-through.
+  const Vec result = Vec(_mm512_maskz_scalef_ps(0xffff, __m512(p), __m512(n)));
   return x != x ? x : result;  // NaN stays NaN
 #else
   Vec out;
