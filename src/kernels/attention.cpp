@@ -858,6 +858,12 @@ void attention_backward_qkv(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
   expect_float_dtype(dout, kOp, "dout");
   check_lse(kOp, lse, d);
   check_grad(kOp, dqkv, qkv, "dqkv");
+  if (dqkv.raw_data() == qkv.raw_data()) {
+    LATTICE_THROW(ValueError,
+                  "{}: 'dqkv' is 'qkv' itself; the backward reads q, k and v there while it writes "
+                  "their gradient ---> HINT: give dqkv a buffer of its own",
+                  kOp);
+  }
   if (out.numel() == 0) return;
   const FusedHeads in = fused_heads(qkv, d), grad = fused_heads(dqkv, d);
   run_backward({d, grad.q, grad.k, grad.v, heads_of(dout), in.q, in.k, in.v, heads_of(out),

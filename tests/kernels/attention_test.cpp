@@ -609,6 +609,9 @@ TEST(AttentionFusedQkv, AProjectionOfTheWrongWidthOrAGradientOfAnotherDtypeIsRef
   Tensor dqkv_wide = Tensor::zeros(arena, {8, (4 + 6) * 16}, DType::kF32);
   expect_error<ShapeError>([&] { attention_backward_qkv(dqkv_wide, pr.dout, qkv, pr.out, pr.lse); },
                            "'dqkv'");
+  Tensor same = qkv;
+  expect_error<ValueError>([&] { attention_backward_qkv(same, pr.dout, qkv, pr.out, pr.lse); },
+                           "'dqkv' is 'qkv' itself");
 }
 
 }  // namespace
