@@ -230,12 +230,56 @@ Tile copy_tile(const HeadRows& src, int64_t t0, int64_t count, int64_t hs, int64
 
 // The same rows scaled and transposed into tile_t (hs × kTile), zero beyond count columns;
 // staged row-major in `staging` (count × hs) so the scattered accesses are reads from L1.
+// Lane j of block-swap step S: rows a = r[i] and b = r[i + S] exchange their off-diagonal S × S
+// blocks (a takes b's lanes j − S where bit S of j is set, b takes a's lanes j + S where it is
+// not). After S = 8, 4, 2, 1 the 16 rows are transposed.
+using LaneIndex = int32_t __attribute__((vector_size(64)));
+template <int S>
+constexpr LaneIndex kFromBoth = {
+    (0 & S) ? 16 + 0 - S : 0,    (1 & S) ? 16 + 1 - S : 1,    (2 & S) ? 16 + 2 - S : 2,
+    (3 & S) ? 16 + 3 - S : 3,    (4 & S) ? 16 + 4 - S : 4,    (5 & S) ? 16 + 5 - S : 5,
+    (6 & S) ? 16 + 6 - S : 6,    (7 & S) ? 16 + 7 - S : 7,    (8 & S) ? 16 + 8 - S : 8,
+    (9 & S) ? 16 + 9 - S : 9,    (10 & S) ? 16 + 10 - S : 10, (11 & S) ? 16 + 11 - S : 11,
+    (12 & S) ? 16 + 12 - S : 12, (13 & S) ? 16 + 13 - S : 13, (14 & S) ? 16 + 14 - S : 14,
+    (15 & S) ? 16 + 15 - S : 15};
+template <int S>
+constexpr LaneIndex kToBoth = kFromBoth<S> + S;  // b's lanes: a's j + S, or its own j
+
+template <int S>
+void swap_blocks(Vec (&rows)[kVecLanes]) {
+  for (int i = 0; i < kVecLanes; ++i) {
+    if (i & S) continue;
+    const Vec a = rows[i], b = rows[i + S];
+    rows[i] = __builtin_shuffle(a, b, kFromBoth<S>);
+    rows[i + S] = __builtin_shuffle(a, b, kToBoth<S>);
+  }
+}
+
+// out (16 rows, ld_out apart) = the transpose of in (16 rows, ld_in apart).
+void transpose_16x16(const float* in, int64_t ld_in, float* out, int64_t ld_out) {
+  Vec rows[kVecLanes];
+  for (int i = 0; i < kVecLanes; ++i) rows[i] = load_vec(in + i * ld_in);
+  swap_blocks<8>(rows);
+  swap_blocks<4>(rows);
+  swap_blocks<2>(rows);
+  swap_blocks<1>(rows);
+  for (int i = 0; i < kVecLanes; ++i) store_vec(out + i * ld_out, rows[i]);
+}
+
 void load_tile_transposed(const HeadRows& src, int64_t t0, int64_t count, int64_t hs, float scale,
                           float* staging, float* tile_t) {
   read_rows(src, t0, count, hs, scale, staging, hs);
+  // Whole 16 × 16 blocks by vector shuffles, the rest element by element.
+  const int64_t block_rows = count / kVecLanes * kVecLanes, block_cols = hs / kVecLanes * kVecLanes;
+  for (int64_t r = 0; r < block_rows; r += kVecLanes) {
+    for (int64_t d = 0; d < block_cols; d += kVecLanes) {
+      transpose_16x16(staging + r * hs + d, hs, tile_t + d * kTile + r, kTile);
+    }
+  }
   for (int64_t d = 0; d < hs; ++d) {
     float* out = tile_t + d * kTile;
-    for (int64_t r = 0; r < count; ++r) out[r] = staging[r * hs + d];
+    const int64_t first_row = d < block_cols ? block_rows : 0;
+    for (int64_t r = first_row; r < count; ++r) out[r] = staging[r * hs + d];
     std::fill(out + count, out + kTile, 0.0f);
   }
 }
