@@ -248,6 +248,9 @@ TEST(BenchCli, TrainProfileSplitsTheStepIntoItsKernels) {
   EXPECT_EQ(kernels["gemm attn.c_attn fwd"].first, 2.0);  // one per layer of gpt2-tiny
   EXPECT_EQ(kernels["gemm lm_head fwd"].first, 1.0);
   EXPECT_FALSE(kernels.contains("gemm (other)")) << r.out;  // every GEMM of the step has a role
+  // GPT-2's attention reads q, k and v in the fused projection: no split or concat passes.
+  EXPECT_FALSE(kernels.contains("split (copy)")) << r.out;
+  EXPECT_FALSE(kernels.contains("concat (copy)")) << r.out;
   double shares = other_share;
   for (const auto& [name, k] : kernels) shares += k.second;
   EXPECT_GE(other_share, 0.0) << r.out;

@@ -52,6 +52,23 @@ TEST(ExplainCli, ContextParallelShowsEachHopOfTheRingAndItsChunkProducts) {
   EXPECT_NE(refused.err.find("multiple of 6"), std::string::npos) << refused.err;
 }
 
+// GPT-2's attention reads q, k and v in place in the fused projection's output: its activation
+// table has no q, k, v buffers and no gradients of them, unless the ring of context
+// parallelism needs them apart.
+TEST(ExplainCli, Gpt2KeepsQkvApartOnlyForTheRing) {
+  const CliResult plain = run_cli(explain(kTinyConfig, {}), kLimitS);
+  ASSERT_EQ(plain.exit_code, 0) << plain.all();
+  EXPECT_NE(line_with(plain.out, "layer 0 qkv "), "") << plain.out;
+  EXPECT_NE(line_with(plain.out, "grad qkv "), "") << plain.out;
+  EXPECT_EQ(line_with(plain.out, "layer 0 q "), "") << plain.out;
+  EXPECT_EQ(line_with(plain.out, "grad q "), "") << plain.out;
+  const CliResult ring = run_cli(explain(kTinyConfig, {"--cp", "2"}), kLimitS);
+  ASSERT_EQ(ring.exit_code, 0) << ring.all();
+  for (const char* name : {"layer 0 q ", "layer 0 k ", "layer 0 v ", "grad q ", "grad v "}) {
+    EXPECT_NE(line_with(ring.out, name), "") << name << "\n" << ring.out;
+  }
+}
+
 // A mixture-of-experts model at dp 2 × ep 2: rank 1 lists only its experts (2 and 3) and the
 // exchanges of every sparse layer over its ep group, in the order they run.
 TEST(ExplainCli, ExpertParallelShowsEachRanksExpertsAndTheAllToAlls) {
