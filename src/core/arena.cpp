@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 
 #include "core/error.h"
@@ -11,6 +13,17 @@ namespace lattice {
 namespace {
 size_t round_up(size_t n, size_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
+}
+
+// A chunk of at least `size` bytes from the system; `size` becomes what was reserved. Large
+// chunks are whole huge pages, advised to be backed by them; where the kernel has no transparent
+// huge pages the advice fails and 4 KiB pages serve, as before.
+void* reserve_chunk(size_t& size) {
+  if (size < Arena::kHugePageBytes) return std::aligned_alloc(Arena::kAlignment, size);
+  size = round_up(size, Arena::kHugePageBytes);
+  void* base = std::aligned_alloc(Arena::kHugePageBytes, size);
+  if (base != nullptr) madvise(base, size, MADV_HUGEPAGE);
+  return base;
 }
 }  // namespace
 
@@ -53,7 +66,7 @@ Arena::~Arena() {
 
 size_t Arena::add_chunk(size_t min_bytes) {
   size_t size = std::max(chunk_bytes_, round_up(min_bytes, kAlignment));
-  void* base = std::aligned_alloc(kAlignment, size);
+  void* base = reserve_chunk(size);
   if (base == nullptr) {
     LATTICE_THROW(OutOfMemoryError,
                   "arena '{}': the system refused a chunk of {} bytes (live {} bytes, reserved {} "

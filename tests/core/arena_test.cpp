@@ -3,11 +3,33 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "core/error.h"
 
 namespace lattice {
 namespace {
+
+// The VmFlags line of the mapping holding `address` in /proc/self/smaps ("" when none holds it).
+std::string mapping_flags(const void* address) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t start = 0, end = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> start >> dash >> end && dash == '-') {
+      inside = start <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
 
 TEST(Arena, LiveAndPeakBytesAreExactForAScriptedSequence) {
   Arena arena("test", 1 << 20);
@@ -88,6 +110,29 @@ TEST(Arena, BestFitReusesTheSmallestHole) {
   arena.release(c);
   arena.release(sep1);
   arena.release(sep2);
+}
+
+TEST(Arena, LargeChunksAreWholeHugePagesAdvisedToTheKernel) {
+  Arena large("large", 3 << 20);
+  void* block = large.allocate(1000, MemoryCategory::kActivations);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % Arena::kHugePageBytes, 0u);
+  EXPECT_EQ(large.stats().reserved_bytes, size_t(4) << 20);  // 3 MiB rounded up to 2 huge pages
+
+  Arena small("small", 64 << 10);
+  void* small_block = small.allocate(1000, MemoryCategory::kActivations);
+  EXPECT_EQ(small.stats().reserved_bytes, size_t(64) << 10);  // below a huge page: as asked
+
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    large.release(block);
+    small.release(small_block);
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  // "hg": the mapping carries MADV_HUGEPAGE.
+  EXPECT_NE(mapping_flags(block).find(" hg "), std::string::npos) << mapping_flags(block);
+  EXPECT_EQ(mapping_flags(small_block).find(" hg "), std::string::npos)
+      << mapping_flags(small_block);
+  large.release(block);
+  small.release(small_block);
 }
 
 }  // namespace
