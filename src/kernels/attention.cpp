@@ -373,6 +373,9 @@ void check_grad(const char* op, const Tensor& grad, const Tensor& input, const c
 
 // ---- forward ----
 
+// Lane i holds i: lanes at or past a count are kLaneNumbers >= count.
+constexpr Vec kLaneNumbers = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 struct ForwardWorkspace {
   explicit ForwardWorkspace(const Dims& d)
       : q_t(d.HS * kTile),
@@ -534,7 +537,7 @@ struct BackwardWorkspace {
   std::vector<float> p, ds;        // (kTile queries × kTile keys)
   std::vector<float> dq, dk, dv;   // fp32 sums over one head, (T or TK rounded up × HSP)
   std::vector<float> delta;        // D = rowsum(dO ∘ O) of one query head, (T)
-  std::vector<float> staging;      // (kTile × HS), for transposing; one row of out
+  std::vector<float> staging;      // (kTile × HS), for transposing; kTile rows of out
 };
 
 struct BackwardArgs {
@@ -547,9 +550,9 @@ struct BackwardArgs {
 };
 
 // P = exp(S − lse) over one (queries × keys) tile, 0 for keys after the query or past TK; then
-// dS = P ∘ (dP − D), with dP arriving in ds. Vectors of 16 keys and a scalar tail, the same bits
-// (kernels/simd.h). Hidden entries are overwritten, never read:
-// tile_gemm left whatever was there in the blocks it skipped.
+// dS = P ∘ (dP − D), with dP arriving in ds. On vectors of 16 keys, a row's last visible vector
+// included: exp_vec gives exp_fast's bits lane by lane (kernels/simd.h), and its hidden lanes
+// are set to 0, as tile_gemm left whatever was there in the blocks it skipped.
 void probabilities_and_score_grads(BackwardWorkspace& ws, const float* lse, const float* delta,
                                    int64_t qs, int64_t k0, int64_t queries, int64_t keys) {
   for (int64_t r = 0; r < queries; ++r) {
@@ -557,18 +560,20 @@ void probabilities_and_score_grads(BackwardWorkspace& ws, const float* lse, cons
     float* ds = ws.ds.data() + r * kTile;
     // Keys k0 .. k0 + visible − 1 are at or before query qs + r (in key coordinates).
     const int64_t visible = std::clamp<int64_t>(qs + r - k0 + 1, 0, keys);
-    int64_t c = 0;
-    for (; c + kVecLanes <= visible; c += kVecLanes) {
-      const Vec pc = kernel::exp_vec(load_vec(p + c) - lse[r]);
+    for (int64_t c = 0; c < kTile; c += kVecLanes) {
+      Vec pc{}, dsc{};
+      if (c < visible) {
+        pc = kernel::exp_vec(load_vec(p + c) - lse[r]);
+        dsc = pc * (load_vec(ds + c) - delta[r]);
+        if (visible - c < kVecLanes) {  // the hidden lanes computed from whatever was there: 0
+          const auto hidden = kLaneNumbers >= float(visible - c);
+          pc = hidden ? Vec{} : pc;
+          dsc = hidden ? Vec{} : dsc;
+        }
+      }
       store_vec(p + c, pc);
-      store_vec(ds + c, pc * (load_vec(ds + c) - delta[r]));
+      store_vec(ds + c, dsc);
     }
-    for (; c < visible; ++c) {
-      p[c] = kernel::exp_fast(p[c] - lse[r]);
-      ds[c] = p[c] * (ds[c] - delta[r]);
-    }
-    std::fill(p + visible, p + kTile, 0.0f);
-    std::fill(ds + visible, ds + kTile, 0.0f);
   }
 }
 
@@ -582,11 +587,14 @@ void prepare_query_rows(const BackwardArgs& args, BackwardWorkspace& ws, int64_t
   copy_tile(HeadRows(args.dout, b, h), first, last - first, d.HS, hsp,
             ws.dout.data() + first * hsp);
   const HeadRows out(args.out, b, h);
-  const float* out_row = ws.staging.data();
-  for (int64_t t = first; t < last; ++t) {
-    const float* dout_row = ws.dout.data() + t * hsp;
-    read_rows(out, t, 1, d.HS, 1.0f, ws.staging.data(), d.HS);
-    ws.delta[t] = kernel::sum_lanes(d.HS, [&](int64_t i) { return dout_row[i] * out_row[i]; });
+  for (int64_t t0 = first; t0 < last; t0 += kTile) {  // kTile rows of out at a time in staging
+    const int64_t rows = std::min(kTile, last - t0);
+    read_rows(out, t0, rows, d.HS, 1.0f, ws.staging.data(), d.HS);
+    for (int64_t t = t0; t < t0 + rows; ++t) {
+      const float* dout_row = ws.dout.data() + t * hsp;
+      const float* out_row = ws.staging.data() + (t - t0) * d.HS;
+      ws.delta[t] = kernel::sum_lanes(d.HS, [&](int64_t i) { return dout_row[i] * out_row[i]; });
+    }
   }
 }
 
