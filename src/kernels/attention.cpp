@@ -45,6 +45,9 @@ using kernel::splat;
 using kernel::store_vec;
 using kernel::Vec;
 
+// Lane i holds i: lanes at or past a count are kLaneNumbers >= count.
+constexpr Vec kLaneNumbers = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 // ---- the micro-kernel: C (rows × cols) = [C +] A (rows × depth) · B (depth × cols).
 // A element (r, k) is a[r·a_row + k·a_col] (row-major or transposed); B and C are row-major with
 // leading dimensions ldb, ldc; cols is a multiple of 16.
@@ -372,9 +375,6 @@ void check_grad(const char* op, const Tensor& grad, const Tensor& input, const c
 #endif
 
 // ---- forward ----
-
-// Lane i holds i: lanes at or past a count are kLaneNumbers >= count.
-constexpr Vec kLaneNumbers = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 struct ForwardWorkspace {
   explicit ForwardWorkspace(const Dims& d)
