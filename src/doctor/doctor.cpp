@@ -174,7 +174,8 @@ CheckResult check_cores(const DoctorInput& in) {
                {"threads_per_rank", threads},
                {"numa_nodes", m.numa_nodes},
                {"numa_nodes_spanned", m.numa_nodes_spanned},
-               {"cpu_round_trip_ns", m.cpu_distance.ns}};
+               {"cpu_round_trip_ns", m.cpu_distance.ns},
+               {"transparent_huge_pages", m.transparent_huge_pages}};
   const int needed = ranks_here * std::max(1, c.threads);
   if (needed > m.cores && in_process && in.oversubscribe) {
     r.verdict = Verdict::kWarn;
@@ -233,9 +234,21 @@ CheckResult check_cores(const DoctorInput& in) {
         "where the 2-thread rank lost 40%); on a virtual machine the host moves its CPUs after "
         "they idle, so run the doctor again before timing");
   }
+  if (m.transparent_huge_pages == "never") {
+    warnings.push_back(
+        "transparent huge pages are off (never): the arena's tensors lie on 4 KiB pages, and "
+        "their TLB misses cost the demo's fp32 step about 4% (docs/performance.md)");
+    fixes.push_back(
+        "as root: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (the arena asks "
+        "for huge pages with madvise)");
+  }
   const std::string fits =
       fmt::format("{} rank(s) in this process × {} thread(s) on {} cores, {} NUMA node(s) of {}",
                   ranks_here, threads, m.cores, m.numa_nodes_spanned, m.numa_nodes) +
+      (m.transparent_huge_pages.empty()
+           ? std::string()
+           : fmt::format(", transparent huge pages {}", m.transparent_huge_pages)) +
+      // Last: the warning about CPUs far apart goes on from it.
       (m.cpu_distance.ns > 0 ? fmt::format(", CPUs {} and {} {:.0f} ns apart", m.cpu_distance.cpu_a,
                                            m.cpu_distance.cpu_b, m.cpu_distance.ns)
                              : std::string());

@@ -64,7 +64,16 @@ MachineFacts observe_machine() {
   facts.available_memory_bytes = available_memory_bytes();
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
   facts.cpu_distance = first_cpus_distance();
+  std::ifstream huge_pages("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (std::getline(huge_pages, line)) facts.transparent_huge_pages = selected_sysfs_choice(line);
   return facts;
+}
+
+std::string selected_sysfs_choice(const std::string& line) {
+  const size_t open = line.find('['), close = line.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
 }
 
 std::map<std::string, int64_t> read_port_xmit_wait(const std::filesystem::path& root) {

@@ -22,9 +22,16 @@ struct MachineFacts {
   // A cache line's round trip between the affinity's first two CPUs (core/core_latency.h); ns 0:
   // not measured (one CPU). A host may place a VM's CPUs on different dies.
   CpuDistance cpu_distance;
+  // The kernel's transparent huge pages mode ("always", "madvise" or "never"); "" where the
+  // kernel has none. The arena asks for huge pages with madvise (core/arena.h).
+  std::string transparent_huge_pages;
 };
 
 MachineFacts observe_machine();
+
+// The mode a /sys/kernel/mm/transparent_hugepage/enabled line selects: the bracketed word of
+// "always [madvise] never"; "" when none is bracketed.
+std::string selected_sysfs_choice(const std::string& line);
 
 // port_xmit_wait of every RDMA port under `root` (<root>/<device>/ports/<port>/counters/
 // port_xmit_wait: time the port had data to send but no credit, the sign of PFC back-pressure),

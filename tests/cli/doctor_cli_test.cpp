@@ -87,6 +87,20 @@ TEST(DoctorCli, AHealthyLayoutPassesEveryCheckAndExitsZero) {
     }
     EXPECT_TRUE(measured) << r.out;
   }
+  // ... and reports the kernel's transparent huge pages mode, the one bracketed in sysfs.
+  std::string sysfs_line;
+  std::getline(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"), sysfs_line);
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("id") != "cores") continue;
+    const std::string mode = j.at("figures").at("transparent_huge_pages");
+    if (sysfs_line.empty()) {
+      EXPECT_EQ(mode, "") << line;
+    } else {
+      EXPECT_NE(sysfs_line.find("[" + mode + "]"), std::string::npos) << sysfs_line << "\n" << line;
+    }
+  }
 }
 
 TEST(DoctorCli, ADeadlineShorterThanTheStepFailsOnlyTimeoutsWithExitOne) {

@@ -42,7 +42,8 @@ MachineFacts roomy_machine() {
           .numa_nodes_spanned = 1,
           .available_memory_bytes = int64_t(16) << 30,
           .omp_num_threads = std::nullopt,
-          .cpu_distance = {}};  // not measured: its own test sets it
+          .cpu_distance = {},  // not measured: its own test sets it
+          .transparent_huge_pages = "madvise"};
 }
 
 DoctorInput input_for(const TrainConfig& config, bool probe, const ProbeOptions& options = {}) {
@@ -225,6 +226,34 @@ TEST(Doctor, AnOmpThreadCountThatFightsTheBudgetOrTwoNumaNodesWarnCores) {
   results = run_checks(input);
   EXPECT_EQ(with_verdict(results, Verdict::kWarn), std::set<std::string>{"cores"});
   EXPECT_NE(result_of(results, "cores").saw.find("span 2 NUMA nodes"), std::string::npos);
+}
+
+TEST(Doctor, TransparentHugePagesTurnedOffWarnCores) {
+  DoctorInput input = input_for(tiny(2, 1), false);
+  input.machine.transparent_huge_pages = "never";
+  std::vector<CheckResult> results = run_checks(input);
+  EXPECT_EQ(with_verdict(results, Verdict::kWarn), std::set<std::string>{"cores"})
+      << all_text(results);
+  const CheckResult& cores = result_of(results, "cores");
+  EXPECT_NE(cores.saw.find("transparent huge pages are off"), std::string::npos) << cores.saw;
+  EXPECT_NE(cores.fix.find("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"),
+            std::string::npos)
+      << cores.fix;
+  EXPECT_EQ(cores.figures.at("transparent_huge_pages"), "never");
+  // The arena's madvise is served under "madvise" and "always"; a kernel without them: nothing
+  // to turn on.
+  for (const char* mode : {"madvise", "always", ""}) {
+    input.machine.transparent_huge_pages = mode;
+    results = run_checks(input);
+    EXPECT_EQ(result_of(results, "cores").verdict, Verdict::kPass) << mode << all_text(results);
+  }
+}
+
+TEST(Doctor, TheHugePagesModeIsTheBracketedChoice) {
+  EXPECT_EQ(selected_sysfs_choice("always [madvise] never"), "madvise");
+  EXPECT_EQ(selected_sysfs_choice("[always] madvise never"), "always");
+  EXPECT_EQ(selected_sysfs_choice("always madvise [never]\n"), "never");
+  EXPECT_EQ(selected_sysfs_choice("always madvise never"), "");
 }
 
 TEST(Doctor, ARanksThreadsOnCpusFarApartWarnCores) {
