@@ -11,6 +11,7 @@
 #include "ckpt/crc32c.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/rank_progress.h"
 
 namespace lattice {
 
@@ -412,6 +413,7 @@ SafetensorsFileSummary SafetensorsWriter::write(const std::filesystem::path& pat
   for (const size_t index : bytes.order) {
     const Tensor& t = tensors_[index].second;
     if (t.nbytes() > 0) emit(t.raw_data(), t.nbytes());
+    report_progress();  // a checkpoint of a large model takes seconds: the rank is not stuck
   }
   out.commit();
   return summary;
@@ -433,6 +435,7 @@ SafetensorsFileSummary SafetensorsWriter::write_into(std::span<std::byte> out) c
   for (const size_t index : bytes.order) {
     const Tensor& t = tensors_[index].second;
     if (t.nbytes() > 0) emit(t.raw_data(), t.nbytes());
+    report_progress();  // a checkpoint of a large model takes seconds: the rank is not stuck
   }
   return summary;
 }

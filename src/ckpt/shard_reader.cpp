@@ -7,6 +7,7 @@
 #include "ckpt/crc32c.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/rank_progress.h"
 
 namespace lattice {
 
@@ -14,7 +15,10 @@ namespace fs = std::filesystem;
 
 CheckpointReader::CheckpointReader(fs::path dir, bool verify_checksums)
     : dir_(std::move(dir)), manifest_(read_manifest(dir_)) {
-  for (const FileRecord& f : manifest_.files) verify_file(f, verify_checksums);
+  for (const FileRecord& f : manifest_.files) {
+    verify_file(f, verify_checksums);
+    report_progress();  // a large model's files take seconds to check: the rank is not stuck
+  }
 }
 
 std::string CheckpointReader::tensors_in(const std::string& file) const {
@@ -202,6 +206,7 @@ void CheckpointReader::fill(const TensorRecord& t, const std::vector<BoxPlacemen
     for (const BoxPlacement& src : from) {
       for (const BoxPlacement& dst : into) copied += copy_overlap(src, dst);
     }
+    report_progress();
   }
   // The manifest was checked to tile every tensor exactly once, so this cannot fail unless
   // that check is broken.

@@ -25,6 +25,9 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "core/stop_request.h"
+#include "doctor/doctor.h"
+#include "doctor/machine.h"
+#include "doctor/probe.h"
 #include "elastic/agent.h"
 #include "elastic/job_secret.h"
 #include "elastic/static_relaunch.h"
@@ -47,8 +50,39 @@ struct LaunchArgs {
   std::string secret_file;
   std::string bind_addr;
   double rdzv_timeout_s = 60;
+  bool no_preflight = false;
   std::vector<std::string> command;
 };
+
+// Before any rank starts: the doctor's timeouts check (`lattice doctor --transport gloo`) on a
+// probe of the command's layout, so that a collective deadline the predicted step overruns is
+// refused once, here, with its fix, instead of failing every rank in turn. A probe that cannot
+// run is reported and left to the ranks, whose own errors name the cause.
+void check_timeouts_before_start(const std::vector<std::string>& command) {
+  TrainConfig config = parse_train_command(command);
+  config.parallel.transport = TransportKind::kGloo;
+  doctor::DoctorInput input{.config = config, .machine = doctor::observe_machine()};
+  try {
+    input.probe = doctor::run_probe(config, {.compare = false});
+  } catch (const Error& e) {
+    fmt::print("preflight: the timeouts were not checked: the probe failed: {}\n", e.what());
+    std::fflush(stdout);
+    return;
+  }
+  for (const doctor::DoctorCheck& check : doctor::doctor_checks()) {
+    if (check.id != "timeouts") continue;
+    doctor::CheckResult r = check.run(input);
+    r.id = check.id;
+    r.title = check.title;
+    fmt::print("preflight (lattice doctor --transport gloo, probe of {:.2f} s):\n{}\n",
+               input.probe->seconds, doctor::format_results({r}));
+    std::fflush(stdout);
+    if (r.verdict == doctor::Verdict::kFail) {
+      LATTICE_THROW(ConfigError, "lattice launch: the timeouts check failed: {} ---> HINT: {}",
+                    r.saw, r.fix);
+    }
+  }
+}
 
 // The job's secret: LATTICE_JOB_SECRET, or --secret-file (agent 0 writes a new one there when it
 // does not exist; the others read it), or, on one node, a fresh one nobody else needs.
@@ -124,6 +158,9 @@ void run_launch(const LaunchArgs& args) {
     return;
   }
   AgentOptions options = launch_options(args.nproc_per_node, args.command);
+  if (!args.no_preflight && args.command.front() == "train") {
+    check_timeouts_before_start(args.command);
+  }
   options.max_restarts = args.max_restarts;
   options.grace_s = args.grace_s;
   options.spares = args.spares;
@@ -169,6 +206,7 @@ AgentOptions launch_options(int nproc, std::vector<std::string> command) {
   options.command = std::move(command);
   options.executable = std::filesystem::read_symlink("/proc/self/exe");
   options.elastic = config.elastic;
+  options.collective_timeout_s = config.collective_timeout_s();
   options.fitting_worlds = config.refittable_worlds();
   return options;
 }
@@ -213,6 +251,9 @@ void register_launch_command(CLI::App& app) {
   cmd->add_option("--grace-s", args->grace_s,
                   "After SIGTERM: seconds the ranks have to finish their step and checkpoint")
       ->check(positive_number());
+  cmd->add_flag("--no-preflight", args->no_preflight,
+                "Start the ranks without first probing the layout for the doctor's timeouts "
+                "check (the collective deadline against the predicted step)");
   cmd->add_option("command", args->command, "The rank command after --: train CONFIG [train flags]")
       ->required();
   cmd->callback([args] { run_launch(*args); });

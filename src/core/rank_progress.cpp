@@ -43,6 +43,10 @@ void report_phase(Phase phase) {
   if (ProgressSink* sink = g_sink.load(std::memory_order_acquire)) sink->on_phase(phase);
 }
 
+void report_progress() {
+  if (ProgressSink* sink = g_sink.load(std::memory_order_acquire)) sink->on_progress();
+}
+
 CollectiveReport::CollectiveReport(std::string_view group, uint64_t seq)
     : sink_(g_sink.load(std::memory_order_acquire)) {
   if (sink_ != nullptr) sink_->on_collective(group, seq);

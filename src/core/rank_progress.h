@@ -37,6 +37,9 @@ class ProgressSink {
   virtual ~ProgressSink() = default;
   virtual void on_step(int64_t step) = 0;  // the step about to train (0-based: updates done)
   virtual void on_phase(Phase phase) = 0;
+  // Work done inside the current phase (a layer, the head's GEMM, a micro-batch): the phase
+  // goes on, and the rank is not stuck.
+  virtual void on_progress() = 0;
   // Entered collective call `seq` of group `group` (the communicator's name), and left it.
   // Called from whichever thread runs the collective (the training or the gradient comm thread).
   virtual void on_collective(std::string_view group, uint64_t seq) = 0;
@@ -49,6 +52,9 @@ void set_progress_sink(ProgressSink* sink);
 
 void report_step(int64_t step);
 void report_phase(Phase phase);
+// A step forward inside a long phase (ProgressSink::on_progress): model layers and
+// micro-batches report one each, so that the agent's stuck verdict does not grow with the model.
+void report_progress();
 // A collective from entry to exit (Communicator::execute).
 class CollectiveReport {
  public:

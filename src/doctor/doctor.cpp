@@ -38,6 +38,8 @@ namespace {
 // peer is about one step (a pipeline's last stage waiting for the first micro-batch), and the
 // probe's prediction is rough.
 constexpr double kTimeoutMargin = 2.0;
+// A step within the margin also fits the stuck verdict of a rank that finished no step yet.
+static_assert(kTimeoutMargin * kStuckShareOfDeadline >= 1.0);
 
 // Relative agreement of the probe's layout with its one-rank run: reassociation only in f32;
 // bf16 rounds each matmul operand, and a layout sums in another order.
@@ -132,8 +134,8 @@ CheckResult check_timeouts(const DoctorInput& in) {
   const double needed = kTimeoutMargin * step;
   r.figures["predicted_step_s"] = step;
   const std::string predicted = fmt::format(
-      "a step of this config is predicted to take {:.3g} s (the probe's steps scaled by model "
-      "FLOPs)",
+      "a step of this config is predicted to take {:.3g} s (the probe's steps scaled: the "
+      "optimizer by the parameters, the rest by model FLOPs)",
       step);
   if (deadline < needed) {
     r.verdict = Verdict::kFail;
@@ -145,18 +147,15 @@ CheckResult check_timeouts(const DoctorInput& in) {
                         std::ceil(needed), kTimeoutMargin);
     return r;
   }
-  if (elastic && c.elastic.progress_timeout_s < needed) {
-    r.verdict = Verdict::kFail;
-    r.saw = fmt::format(
-        "{}, but under lattice launch a rank that reports no progress for "
-        "elastic.progress_timeout_s = {} s is taken for stuck and restarted",
-        predicted, c.elastic.progress_timeout_s);
-    r.fix = fmt::format("--set elastic.progress_timeout_s={:.0f} and a parallel.timeout_s above it",
-                        std::ceil(needed));
-    return r;
-  }
+  // Under lattice launch the margin also covers the stuck verdict: a rank reports progress at
+  // every layer and a rank that finished no step yet is stuck after half the deadline
+  // (elastic/agent.h, stuck_limit_s), which the step fits when the deadline is 2 × the step.
   r.verdict = Verdict::kPass;
-  r.saw = fmt::format("{}; {} covers it {:.0f}×", predicted, ladder, deadline / step);
+  r.saw = fmt::format("{}; {} covers it {:.0f}×{}", predicted, ladder, deadline / step,
+                      elastic ? "; a rank is taken for stuck after progress_factor × the longest "
+                                "it went without progress in a step, within the progress "
+                                "timeout and half the collective deadline"
+                              : "");
   return r;
 }
 
@@ -1325,14 +1324,24 @@ GemmLibraryTiming time_gemm_libraries(const TrainConfig& config, const MachineFa
 
 double predicted_step_seconds(const TrainConfig& config, const ProbeResult& probe, int cores) {
   const TrainConfig c = resolved(config);
+  // The optimizer's part grows with the parameters, the rest with the FLOPs: on a slice of a
+  // large-vocabulary model the optimizer over the embedding is much of the probe's step, and
+  // scaling it by the FLOPs predicted GPT-2 124M's step 2.3× too long.
   const double probe_step_s = probe.layout.median_step_ms() / 1e3;
-  const double scale = flops_per_step(c) / flops_per_step(probe.config);
+  const double optimizer_s =
+      probe.layout.step_optimizer_ms.empty()
+          ? 0.0
+          : std::min(probe_step_s, probe.layout.median_step_optimizer_ms() / 1e3);
+  const double flops_scale = flops_per_step(c) / flops_per_step(probe.config);
+  const double parameter_scale =
+      double(model_parameters(c.model)) / double(model_parameters(probe.config.model));
   // The probe gave each rank one thread, sharing the cores when its ranks outnumber them.
   const int world = world_of(c);
   cores = std::max(1, cores);
   const double probe_share = std::min(1.0, double(cores) / double(world));
   const int threads = c.threads > 0 ? c.threads : std::max(1, cores / world);
-  return probe_step_s * scale * probe_share / double(threads);
+  const double scaled = (probe_step_s - optimizer_s) * flops_scale + optimizer_s * parameter_scale;
+  return scaled * probe_share / double(threads);
 }
 
 const std::vector<DoctorCheck>& doctor_checks() {

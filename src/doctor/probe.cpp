@@ -72,6 +72,10 @@ ProbeResult run_probe(const TrainConfig& config, const ProbeOptions& options) {
   layout.data = data;
   layout.after_step = options.after_layout_step;
   result.layout = run_layout(slice, layout);
+  if (!options.compare) {
+    result.seconds = wall.seconds();
+    return result;
+  }
 
   if (slice.parallel.recompute != Recompute::kNone) {
     LayoutRunOptions toggled = layout;

@@ -14,6 +14,9 @@ namespace lattice::doctor {
 
 struct ProbeOptions {
   int steps = 3;
+  // false: the configured layout's run only (the step time for the timeouts check, as `lattice
+  // launch` asks before it starts); no comparison runs, so `single` stays empty.
+  bool compare = true;
   // Tests only: called after each step of the configured layout's run / of the run with the
   // recompute turned off, to create the condition a check must name.
   std::function<void(LayoutRunRank&)> after_layout_step = {};

@@ -315,6 +315,7 @@ ProcessReport Agent::view(const Process& process) const {
   r.collective_group = s.collective_group.load();
   r.collective_seq = s.collective_seq.load();
   r.last_step_compute_ns = s.last_step_compute_ns.load();
+  r.longest_progress_gap_ns = s.longest_progress_gap_ns.load(std::memory_order_acquire);
   const int64_t heartbeat = s.heartbeat_ns.load();
   r.heartbeat_age_s = heartbeat != 0 ? seconds_since(heartbeat) : -1.0;
   r.progress_age_s = seconds_since(s.progress_ns.load());
@@ -477,6 +478,14 @@ std::optional<RankFailure> Agent::read_reports() {
   return std::nullopt;
 }
 
+double stuck_limit_s(const ElasticConfig& elastic, double collective_timeout_s,
+                     double longest_gap_s) {
+  const double cap = kStuckShareOfDeadline * collective_timeout_s;
+  const double paced =
+      longest_gap_s > 0 ? std::min(elastic.progress_factor * longest_gap_s, cap) : cap;
+  return std::max(elastic.progress_timeout_s, paced);
+}
+
 std::optional<RankFailure> Agent::poll() {
   const ElasticConfig& e = options_.elastic;
   if (channel_) {
@@ -507,9 +516,15 @@ std::optional<RankFailure> Agent::poll() {
     }
     if (rank.exit_code != 0 && !ended_with_error) ended_with_error = r;
   }
-  // Liveness of the running ranks: a stopped or dead one first, then a stuck one.
+  // Liveness of the running ranks: a stopped or dead one first, then a stuck one. A rank that
+  // finished no step yet (a replacement) is judged by the pace of the ranks that did.
+  int64_t world_gap_ns = 0;
+  for (int r = 0; r < world(); ++r) {
+    world_gap_ns = std::max(world_gap_ns, view(ranks_[size_t(r)]).longest_progress_gap_ns);
+  }
   std::optional<int> stuck;
   double stuck_for = 0;
+  double stuck_gap_s = 0;
   bool stuck_waiting = false;
   for (int r = 0; r < world(); ++r) {
     const Process& rank = ranks_[size_t(r)];
@@ -532,14 +547,28 @@ std::optional<RankFailure> Agent::poll() {
     if (!stuck || std::pair(waiting, -s.progress_age_s) < std::pair(stuck_waiting, -stuck_for)) {
       stuck = r;
       stuck_for = s.progress_age_s;
+      stuck_gap_s =
+          double(s.longest_progress_gap_ns > 0 ? s.longest_progress_gap_ns : world_gap_ns) / 1e9;
       stuck_waiting = waiting;
     }
   }
-  if (stuck && stuck_for > e.progress_timeout_s) {
+  const double limit = stuck_limit_s(e, options_.collective_timeout_s, stuck_gap_s);
+  if (stuck && stuck_for > limit) {
+    const std::string basis =
+        stuck_gap_s > 0
+            ? fmt::format(
+                  "max(elastic.progress_timeout_s {} s, min(elastic.progress_factor {} × "
+                  "the longest gap in a step {:.2f} s, {} × parallel.timeout_s {} s))",
+                  e.progress_timeout_s, e.progress_factor, stuck_gap_s, kStuckShareOfDeadline,
+                  options_.collective_timeout_s)
+            : fmt::format(
+                  "max(elastic.progress_timeout_s {} s, {} × parallel.timeout_s {} s): "
+                  "no rank has finished a step yet",
+                  e.progress_timeout_s, kStuckShareOfDeadline, options_.collective_timeout_s);
     return describe(*stuck,
                     fmt::format("heartbeat alive but no progress for {:.2f} s (stuck; limit "
-                                "elastic.progress_timeout_s = {} s)",
-                                stuck_for, e.progress_timeout_s),
+                                "{:.2f} s = {})",
+                                stuck_for, limit, basis),
                     stuck_for);
   }
   if (ended_with_error) {

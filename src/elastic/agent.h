@@ -53,6 +53,15 @@ inline constexpr int kInvalidInputExitCode = 3;
 // Whether a rank command carries `flag` ("--resume" or "--resume=auto").
 bool has_flag(const std::vector<std::string>& command, std::string_view flag);
 
+// How long a rank may go without progress before it is taken for stuck (docs/elastic.md,
+// "Liveness"): elastic.progress_factor times the longest it went without progress over the
+// steps it finished (`longest_gap_s`; 0 when it finished none, e.g. in the job's first step),
+// at most kStuckShareOfDeadline (train_config.h) of the collective deadline, so that the peers
+// waiting for it in a collective do not time out first; and never below
+// elastic.progress_timeout_s.
+double stuck_limit_s(const ElasticConfig& elastic, double collective_timeout_s,
+                     double longest_gap_s);
+
 struct AgentOptions {
   int nproc = 1;       // ranks on each node (the world, on one node)
   int nnodes = 1;      // agents of the job, one per node
@@ -71,6 +80,7 @@ struct AgentOptions {
   std::vector<std::string> command;
   std::filesystem::path executable;  // the lattice binary the ranks run
   ElasticConfig elastic;             // timeouts, from the command's config
+  double collective_timeout_s = 30;  // the command's parallel.timeout_s (or its default)
   std::filesystem::path shm_root = "/dev/shm";
   std::filesystem::path rank_output;  // the ranks' stdout and stderr; empty: the agent's
   int same_step_failures = 3;         // failures at one step that end the job

@@ -20,6 +20,7 @@ json to_json(const ProcessReport& p) {
           {"group", p.collective_group},
           {"seq", p.collective_seq},
           {"compute_ns", p.last_step_compute_ns},
+          {"longest_gap_ns", p.longest_progress_gap_ns},
           {"heartbeat_age_s", p.heartbeat_age_s},
           {"progress_age_s", p.progress_age_s},
           {"error", p.error}};
@@ -38,6 +39,7 @@ ProcessReport process_from_json(const json& j) {
   p.collective_group = j.at("group");
   p.collective_seq = j.at("seq");
   p.last_step_compute_ns = j.at("compute_ns");
+  p.longest_progress_gap_ns = j.at("longest_gap_ns");
   p.heartbeat_age_s = j.at("heartbeat_age_s");
   p.progress_age_s = j.at("progress_age_s");
   p.error = j.at("error");

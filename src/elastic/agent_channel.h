@@ -31,7 +31,8 @@ struct ProcessReport {
   std::string collective_group;
   uint64_t collective_seq = 0;
   int64_t last_step_compute_ns = 0;
-  double heartbeat_age_s = -1;  // < 0: no heartbeat yet
+  int64_t longest_progress_gap_ns = 0;  // RankStatus's: 0 before the process's first step
+  double heartbeat_age_s = -1;          // < 0: no heartbeat yet
   double progress_age_s = 0;
   std::string error;
 };

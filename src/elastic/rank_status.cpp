@@ -144,23 +144,42 @@ RankStatusReporter::~RankStatusReporter() {
 
 void RankStatusReporter::on_step(int64_t step) {
   training_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  step_.store(step, std::memory_order_relaxed);
+  // A step was trained since the last report only when the number moved on: a recovery
+  // reports the restored step before training it.
+  const bool step_trained = step > step_.exchange(step, std::memory_order_relaxed);
   if (map_) {
     RankStatus& status = **map_;
     const int64_t now = steady_now_ns();
+    note_training_progress(now);
     const int64_t started = status.step_started_ns.exchange(now);
     if (started != 0) {
       status.last_step_ns.store(now - started, std::memory_order_relaxed);
       status.last_step_compute_ns.store(
           std::max<int64_t>(0, now - started - collective_ns_in_step_), std::memory_order_relaxed);
     }
+    if (started != 0 && step_trained) {
+      const int64_t longest = status.longest_progress_gap_ns.load(std::memory_order_relaxed);
+      status.longest_progress_gap_ns.store(std::max(longest, longest_gap_in_step_ns_),
+                                           std::memory_order_release);
+    }
+    longest_gap_in_step_ns_ = 0;
     collective_ns_in_step_ = 0;
     status.step.store(step, std::memory_order_release);
     touch();
   }
 }
 
+void RankStatusReporter::note_training_progress(int64_t now) {
+  const bool working =
+      collective_depth_ == 0 && phase_ != Phase::kStarting && phase_ != Phase::kFinishing;
+  if (working && last_training_report_ns_ != 0) {
+    longest_gap_in_step_ns_ = std::max(longest_gap_in_step_ns_, now - last_training_report_ns_);
+  }
+  last_training_report_ns_ = now;
+}
+
 void RankStatusReporter::on_phase(Phase phase) {
+  if (map_) note_training_progress(steady_now_ns());
   phase_ = phase;
   if (map_) {
     (*map_)->phase.store(uint32_t(phase), std::memory_order_release);
@@ -169,15 +188,27 @@ void RankStatusReporter::on_phase(Phase phase) {
   if (faults_ != nullptr) faults_->at(phase, step_.load(std::memory_order_relaxed));
 }
 
+void RankStatusReporter::on_progress() {
+  if (!map_) return;
+  const int64_t now = steady_now_ns();
+  if (training_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+    note_training_progress(now);
+  }
+  (*map_)->progress_ns.store(now, std::memory_order_release);
+}
+
 void RankStatusReporter::on_collective(std::string_view group, uint64_t seq) {
   const bool training =
       training_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   // Nested (a collective inside the wait for the gradient reductions): the outer one counts.
-  const bool outermost = training && collective_depth_++ == 0;
+  const bool outermost = training && collective_depth_ == 0;
   if (outermost) {
     phase_before_collective_ = phase_;
     collective_started_ns_ = steady_now_ns();
+    // The work before the collective counts; the wait inside it does not.
+    if (map_) note_training_progress(collective_started_ns_);
   }
+  if (training) ++collective_depth_;
   if (map_) {
     (*map_)->collective_group.store(group);
     (*map_)->collective_seq.store(seq, std::memory_order_release);
@@ -192,7 +223,9 @@ void RankStatusReporter::on_collective_end() {
       collective_depth_ == 0 || --collective_depth_ > 0 || !map_) {
     return;
   }
-  collective_ns_in_step_ += steady_now_ns() - collective_started_ns_;
+  const int64_t now = steady_now_ns();
+  collective_ns_in_step_ += now - collective_started_ns_;
+  last_training_report_ns_ = now;  // the wait was no work: the next gap starts here
   (*map_)->phase.store(uint32_t(phase_before_collective_), std::memory_order_release);
   touch();
 }
@@ -208,6 +241,8 @@ void RankStatusReporter::begin_generation(int64_t generation, int rank) {
   status.error.store("");
   collective_ns_in_step_ = 0;
   collective_depth_ = 0;
+  last_training_report_ns_ = 0;
+  longest_gap_in_step_ns_ = 0;
   status.phase.store(uint32_t(Phase::kStarting), std::memory_order_release);
   touch();
 }

@@ -31,7 +31,7 @@ struct AtomicText {
 
 // Lock-free atomics are address-free, so they work across processes in a shared mapping.
 struct RankStatus {
-  static constexpr uint64_t kMagic = 0x4c41545354415432ull;  // "LATSTAT2"
+  static constexpr uint64_t kMagic = 0x4c41545354415433ull;  // "LATSTAT3"
   uint64_t magic = kMagic;
   std::atomic<int64_t> pid{0};
   std::atomic<int64_t> generation{0};
@@ -44,6 +44,10 @@ struct RankStatus {
   std::atomic<int64_t> last_step_ns{0};  // duration of the last finished step
   // Of it, the time the training thread was not waiting in a collective (a straggler's is long).
   std::atomic<int64_t> last_step_compute_ns{0};
+  // The longest the training thread went without reporting progress while it worked (waits in
+  // a collective excluded) over the steps this process finished; 0 before its first. The
+  // agent's stuck verdict scales with it (docs/elastic.md, "Liveness").
+  std::atomic<int64_t> longest_progress_gap_ns{0};
   // The agent's assignment, written by the agent and read by the rank: the generation to join,
   // this process's rank and world size in it, and whether the layout is to be refit to a world
   // smaller than the command's. The generation is stored last (release), so a rank that sees a
@@ -97,6 +101,7 @@ class RankStatusReporter : public ProgressSink {
 
   void on_step(int64_t step) override;
   void on_phase(Phase phase) override;
+  void on_progress() override;
   // On the training thread (the one that reports steps) the phase is kCollective until the
   // collective ends: the agent tells a rank that waits for a peer from the peer it waits for.
   void on_collective(std::string_view group, uint64_t seq) override;
@@ -110,6 +115,10 @@ class RankStatusReporter : public ProgressSink {
   void touch() {
     if (map_) (*map_)->progress_ns.store(steady_now_ns(), std::memory_order_release);
   }
+  // Progress of the training thread at `now`: the time since its last report counts towards
+  // the step's longest gap when the thread was working (not waiting in a collective, nor
+  // starting or finishing, which no progress limit applies to).
+  void note_training_progress(int64_t now);
 
   std::optional<RankStatusMap> map_;
   std::atomic<int64_t> step_{0};
@@ -119,6 +128,8 @@ class RankStatusReporter : public ProgressSink {
   int64_t collective_started_ns_ = 0;                 // training thread only
   int64_t collective_ns_in_step_ = 0;                 // training thread only
   int collective_depth_ = 0;                          // training thread only
+  int64_t last_training_report_ns_ = 0;               // training thread only
+  int64_t longest_gap_in_step_ns_ = 0;                // training thread only
   FaultInjector* faults_;
   std::chrono::milliseconds heartbeat_interval_;
   std::atomic<bool> stopping_{false};

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/kernel_profile.h"
+#include "core/rank_progress.h"
 #include "kernels/activations.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -717,6 +718,7 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
     if (hooks != nullptr) hooks->before_forward(l);
     result.router_loss_sum += layer_forward(a, w, l);
     if (hooks != nullptr) hooks->after_forward(l);
+    report_progress();
   }
   if (!part.head) return result;
 
@@ -730,6 +732,7 @@ ForwardResult Transformer::forward_chunk(int chunk, int slot, const Tensor& toke
         double(a.logits.nbytes() + a.lnf_full.nbytes() + s.compute(lm_head_).nbytes()));
     matmul(a.logits, a.lnf_full, s.compute(lm_head_), Tensor(), {.transpose_b = true});
   }
+  report_progress();
   if (targets.defined()) {
     if (a.vocab_loss) {
       result.token_count =
@@ -1165,12 +1168,14 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
       cross_entropy_backward(dlogits, a.logits, a.targets.view({N}), loss_scale, kIgnoreIndex,
                              a.loss_stats);
     }
+    report_progress();
     // Output head: logits = lnf · Wᵀ, W (W, C).
     {
       const KernelTimer timer("gemm lm_head dx", gemm_flops(w.dln_full, dlogits),
                               double(w.dln_full.nbytes() + dlogits.nbytes()));
       matmul(w.dln_full, dlogits, s.compute(lm_head_), Tensor(), {});
     }
+    report_progress();
     Tensor dhead = s.grad(lm_head_);
     {
       const KernelTimer timer("gemm lm_head dw",
@@ -1178,6 +1183,7 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
                               double(dhead.nbytes() + dlogits.nbytes() + a.lnf_full.nbytes()));
       matmul(dhead, dlogits, a.lnf_full, Tensor(), {.transpose_a = true, .accumulate = true});
     }
+    report_progress();
     if (lm_head_ != wte_) report_grads_ready({lm_head_});  // tied: final after the embeddings
     if (sp) {
       tp_.reduce_scatter_rows(w.dln, w.dln_full, "ln_f (bwd)");
@@ -1196,6 +1202,7 @@ void Transformer::backward_chunk(int chunk, int slot, float loss_scale, bool def
     if (hooks != nullptr) hooks->before_backward(l);
     layer_backward(a, w, l, defer_weights);
     if (hooks != nullptr) hooks->after_backward(l);
+    report_progress();
   }
 
   if (!part.embedding) {
@@ -1217,7 +1224,10 @@ void Transformer::backward_weight_chunk(int chunk, int slot) {
       "weight gradients of chunk {} slot {} before its backward", chunk, slot);
   Activations& a = *slots_[size_t(slot)];
   const LayerChunk& part = registry_.part().chunks[size_t(chunk)];
-  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) layer_backward_weights(a, l);
+  for (int64_t l = part.last_layer - 1; l >= part.first_layer; --l) {
+    layer_backward_weights(a, l);
+    report_progress();
+  }
 }
 
 void Transformer::layer_backward_weights(Activations& a, int64_t l) {

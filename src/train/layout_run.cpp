@@ -24,6 +24,10 @@ double LayoutRunResult::median_step_cpu_ms() const {
   return median(step_cpu_ms);
 }
 
+double LayoutRunResult::median_step_optimizer_ms() const {
+  return median(step_optimizer_ms);
+}
+
 const RankRun& LayoutRunResult::stage(int stage) const {
   for (const RankRun& rank : ranks)
     if (rank.at == MeshCoordinates{.pp = stage, .dp = 0, .tp = 0}) return rank;
@@ -94,7 +98,7 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
         RankRun memory;
         memory.at = mesh.coordinates();
         memory.constructed = arena.stats();
-        std::vector<double> step_ms, step_cpu_ms, losses;
+        std::vector<double> step_ms, step_cpu_ms, step_optimizer_ms, losses;
         std::vector<Tensor> held;
         for (int s = 0; s < options.warmup_steps + options.steps; ++s) {
           const double cpu_before = 1e3 * thread_cpu_seconds();
@@ -105,6 +109,7 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
           if (s >= options.warmup_steps) {
             step_ms.push_back(m.ms);
             step_cpu_ms.push_back(cpu);
+            step_optimizer_ms.push_back(m.optimizer_ms);
           }
           if (options.after_step) {
             LayoutRunRank rank{trainer, arena, memory.at, s, held};
@@ -145,6 +150,7 @@ LayoutRunResult run_layout(const TrainConfig& config, const LayoutRunOptions& op
           result.optimizer_elements = memory.optimizer_elements;
           result.step_ms = std::move(step_ms);
           result.step_cpu_ms = std::move(step_cpu_ms);
+          result.step_optimizer_ms = std::move(step_optimizer_ms);
           result.losses = std::move(losses);
           result.threads = thread_budget();
         }

@@ -97,11 +97,15 @@ struct LayoutRunResult {
   // or was descheduled (a diagnostic for shared machines; threads = 1, so the rank's thread does
   // all its compute; the dp reducer's comm thread is not counted).
   std::vector<double> step_cpu_ms;
+  // Of each timed step of rank 0, the optimizer's part (StepMetrics::optimizer_ms), which grows
+  // with the parameters rather than with the FLOPs.
+  std::vector<double> step_optimizer_ms;
   std::vector<double> losses;  // every step's loss, warm-up included
   int threads = 0;             // per rank, as run
 
-  double median_step_ms() const;      // requires steps > 0
-  double median_step_cpu_ms() const;  // requires steps > 0
+  double median_step_ms() const;            // requires steps > 0
+  double median_step_cpu_ms() const;        // requires steps > 0
+  double median_step_optimizer_ms() const;  // requires steps > 0
   // The rank at (stage, dp 0, tp 0).
   const RankRun& stage(int stage) const;
 };

@@ -212,6 +212,17 @@ double get_straggler_factor(const toml::node& node, const std::string& key) {
   return f;
 }
 
+double get_progress_factor(const toml::node& node, const std::string& key) {
+  const double f = get_float(node, key);
+  if (!(f > 1.0 && f <= 1000.0)) {
+    LATTICE_THROW(ConfigError,
+                  "config key '{}' = {} must be a factor above 1 ---> HINT: e.g. 4: a rank is "
+                  "stuck after 4 times the longest it has gone without progress",
+                  key, f);
+  }
+  return f;
+}
+
 double get_any_seconds(const toml::node& node, const std::string& key) {
   return get_seconds(node, key, /*zero_allowed=*/true);
 }
@@ -313,6 +324,7 @@ const std::map<std::string, Setter>& setters() {
        set(get_some_seconds, &T::elastic, &E::heartbeat_interval_s)},
       {"elastic.heartbeat_timeout_s", set(get_some_seconds, &T::elastic, &E::heartbeat_timeout_s)},
       {"elastic.progress_timeout_s", set(get_some_seconds, &T::elastic, &E::progress_timeout_s)},
+      {"elastic.progress_factor", set(get_progress_factor, &T::elastic, &E::progress_factor)},
       {"elastic.snapshot_every", set(get_non_negative, &T::elastic, &E::snapshot_every)},
       {"elastic.straggler_factor", set(get_straggler_factor, &T::elastic, &E::straggler_factor)},
   };

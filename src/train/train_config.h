@@ -60,11 +60,19 @@ struct ParallelConfig {
 // The [elastic] section: liveness and snapshots of a run under `lattice launch`
 // (docs/elastic.md). The timeouts form a ladder checked at start (check_timeout_ladder):
 // heartbeat interval < heartbeat timeout <= progress timeout < collective deadline.
+// The share of the collective deadline after which a rank without progress is stuck at the
+// latest (elastic/agent.h, stuck_limit_s): its peers, waiting in a collective, time out later.
+inline constexpr double kStuckShareOfDeadline = 0.5;
+
 struct ElasticConfig {
   double heartbeat_interval_s = 0.1;
   double heartbeat_timeout_s = 1.0;  // no heartbeat for this long: the rank is dead or stopped
-  double progress_timeout_s = 2.0;   // heartbeat but no progress for this long: stuck
-  int64_t snapshot_every = 1;        // in-memory snapshot every N steps; 0: none
+  // Heartbeat but no progress for this long at least: stuck. The limit grows with the rank's
+  // own pace (stuck_limit_s, elastic/agent.h): progress_factor times the longest it went
+  // without progress in the steps it finished, up to half the collective deadline.
+  double progress_timeout_s = 2.0;
+  double progress_factor = 4.0;
+  int64_t snapshot_every = 1;  // in-memory snapshot every N steps; 0: none
   // A rank whose compute per step (outside collectives) exceeds this many times the median of
   // the others' for 3 steps in a row is reported as a straggler (not killed); 0: never.
   double straggler_factor = 1.5;

@@ -65,6 +65,45 @@ TEST(RankStatus, TheAgentSeesWhatTheRankReports) {
   std::filesystem::remove(path);
 }
 
+// The agent's stuck verdict scales with the longest gap between two progress reports of the
+// work the rank did; a collective's wait for a peer is no work and does not count.
+TEST(RankStatus, TheLongestGapBetweenProgressReportsIsPublishedWhenAStepEnds) {
+  const auto path = status_file("gap");
+  RankStatusMap agent_view = RankStatusMap::create(path);
+  RankStatusReporter reporter(RankStatusMap::open(path), 0, nullptr, std::chrono::milliseconds(5));
+  auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  reporter.on_step(0);
+  // A recovery reports the step it restored, then trains it: no step was trained in between.
+  reporter.on_phase(Phase::kRecovery);
+  sleep_ms(30);
+  reporter.on_step(0);
+  EXPECT_EQ(agent_view->longest_progress_gap_ns.load(), 0) << "a restore is no step";
+  reporter.on_phase(Phase::kForward);
+  sleep_ms(20);
+  reporter.on_progress();  // a layer done after 20 ms
+  sleep_ms(60);
+  reporter.on_progress();  // the head after 60 ms: the longest of the step's work
+  reporter.on_collective("dp", 1);
+  sleep_ms(150);  // waiting for a peer
+  reporter.on_collective_end();
+  reporter.on_phase(Phase::kOptimizer);
+  EXPECT_EQ(agent_view->longest_progress_gap_ns.load(), 0) << "nothing before the step ends";
+  reporter.on_step(1);
+  const double gap_ms = double(agent_view->longest_progress_gap_ns.load()) / 1e6;
+  EXPECT_GE(gap_ms, 60.0);
+  EXPECT_LT(gap_ms, 150.0) << "the collective's wait counted as work";
+  // A shorter step leaves the longest gap as it was; a longer one raises it.
+  reporter.on_phase(Phase::kForward);
+  sleep_ms(5);
+  reporter.on_step(2);
+  EXPECT_EQ(double(agent_view->longest_progress_gap_ns.load()) / 1e6, gap_ms);
+  reporter.on_phase(Phase::kBackward);
+  sleep_ms(200);
+  reporter.on_step(3);
+  EXPECT_GE(double(agent_view->longest_progress_gap_ns.load()) / 1e6, 200.0);
+  std::filesystem::remove(path);
+}
+
 TEST(RankStatus, ReportedFaultsFireAtTheirPhase) {
   FaultInjector faults(parse_fault_specs("throw@collective:0:2"), 0);
   RankStatusReporter reporter(std::nullopt, 0, &faults, std::chrono::milliseconds(5));
