@@ -12,6 +12,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/trainer_checkpoint.h"
 #include "doctor/doctor.h"
+#include "model/parameters.h"
 #include "support/scratch_dir.h"
 #include "train/train_benchmark.h"
 #include "train/trainer.h"
@@ -189,6 +190,30 @@ TEST(Doctor, ACollectiveDeadlineShorterThanTheStepFailsTimeouts) {
   EXPECT_EQ(with_verdict(results, Verdict::kFail), std::set<std::string>{"timeouts"})
       << all_text(results);
   EXPECT_NE(result_of(results, "timeouts").fix.find("parallel.timeout_s="), std::string::npos);
+}
+
+// The probe's optimizer time grows with the parameters, the rest of its step with the FLOPs:
+// scaling the whole step by the FLOPs overestimated GPT-2 124M's step 2.3× (its slice's
+// optimizer over the 38.6M-element embedding is much of the probe's step).
+TEST(Doctor, ThePredictedStepScalesTheOptimizerByTheParametersAndTheRestByTheFlops) {
+  TrainConfig config = tiny(1, 1);
+  config.model = model_preset("gpt2-124m");
+  config.model.seq_len = 256;
+  config.seq_len = 256;
+  config.micro_batch = 4;
+  ProbeResult probe;
+  probe.config = probe_config(config, 3);
+  probe.layout.step_ms = {100.0, 100.0, 100.0};
+  const double all_by_flops = predicted_step_seconds(config, probe, 1);
+  probe.layout.step_optimizer_ms = {0.0, 0.0, 0.0};
+  EXPECT_DOUBLE_EQ(predicted_step_seconds(config, probe, 1), all_by_flops);
+  probe.layout.step_optimizer_ms = {60.0, 60.0, 60.0};
+  const double flops_scale = all_by_flops / 0.1;
+  const double parameter_scale = double(ParameterRegistry(config.model).global_elements()) /
+                                 double(ParameterRegistry(probe.config.model).global_elements());
+  EXPECT_NEAR(predicted_step_seconds(config, probe, 1), 0.04 * flops_scale + 0.06 * parameter_scale,
+              1e-9);
+  EXPECT_LT(parameter_scale, flops_scale);
 }
 
 TEST(Doctor, AnElasticLadderOutOfOrderFailsTimeouts) {
