@@ -377,6 +377,23 @@ TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise
   expect_final_equals_baseline(dir, 2);
 }
 
+// Two rank processes for a layout of one rank (no --dp 2): the agent refuses it once, before
+// starting any rank, with the fix; every rank used to fail the mesh check with mpirun's hint.
+TEST_F(ElasticLaunch, AWorldThatIsNotTheLayoutsIsRefusedOnceBeforeAnyRankStarts) {
+  const auto dir = out_dir("world_mismatch");
+  const CliResult r = run_cli({LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--", "train",
+                               config_->string(), "--set", "output.dir=" + dir.string()},
+                              kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("world of 2 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HINT: add --dp 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.all().find("mpirun -np"), std::string::npos) << "no rank's mesh error\n" << r.all();
+  EXPECT_EQ(r.all().find("rank 0"), std::string::npos) << r.all();
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a rank started";
+  EXPECT_LT(r.seconds, 10.0);
+}
+
 // The pid of `agent`'s rank process `rank` (its environment's LATTICE_RANK), or -1.
 pid_t rank_process(pid_t agent, int rank) {
   const std::string wanted = "LATTICE_RANK=" + std::to_string(rank);
