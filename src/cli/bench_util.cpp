@@ -37,7 +37,7 @@ std::string machine_state() {
 DType parse_precision(const std::string& name) {
   if (name == "fp32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
-  LATTICE_THROW(ValueError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
+  LATTICE_THROW(ConfigError, "unknown precision '{}' ---> HINT: fp32 or bf16", name);
 }
 
 double memcpy_seconds(size_t bytes) {

@@ -175,8 +175,7 @@ void run_doctor(const DoctorArgs& args, const CLI::App& cmd) {
                   "launcher");
   }
   doctor::DoctorInput input;
-  input.config = load_train_config(args.config, args.overrides);
-  apply_layout_flags(cmd, args.layout, input.config.parallel);
+  input.config = resolve_layout_config(args.config, args.overrides, cmd, args.layout);
   input.machine = doctor::observe_machine();
   input.gemm_libraries = doctor::time_gemm_libraries(input.config, input.machine);
   input.oversubscribe = args.oversubscribe;

@@ -1,12 +1,14 @@
-// `lattice explain CONFIG [--tp N] [--sp] [--dp N] [--zero 0|1|2|3] [--pp P --schedule KIND
-// --micro-batches M --virtual-stages V] [--rank R] [--set key=value ...]`: prints, before anything
+// `lattice explain CONFIG [train's layout flags: --tp N --sp --dp N --zero 0|1|2|3 --pp P
+// --schedule KIND --virtual-stages V ...] [--micro-batches M] [--rank R] [--set key=value ...]`:
+// prints, before anything
 // runs and without allocating the model, what one rank holds and sends (DESIGN.md invariant 2):
 // the layout, its parameter table, the activations of one micro-batch, the ordered
 // tensor-parallel collectives of one forward and backward, and with --pp the stage's layers
 // (train/pipeline_stage.h's partition), the pipeline schedule as a grid and each stage's
 // activation memory. The tables come from model/model_description.h, tested equal to what the
 // model allocates and records when it runs. A layout the model cannot take is a ConfigError
-// (exit 1). --tp, --sp, --dp and --zero default to the config's [parallel] section.
+// (exit 3). The layout is resolved as `lattice train` resolves it (resolve_layout_config): the
+// config's [parallel] section, then the flags given over it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/layout_flags.h"
 #include "cli/validators.h"
 #include "core/error.h"
 #include "model/model_description.h"
@@ -34,19 +37,9 @@ namespace {
 struct ExplainArgs {
   std::string config;
   std::vector<std::string> overrides;
-  // 0 / -1 / unset: from the config's [parallel] section.
-  int tp = 0;
-  bool sp = false;
-  int dp = 0;
-  int cp = 0;
-  int ep = 0;
-  int zero = -1;
-  int pp = 1;
-  std::string schedule = "1f1b";
+  LayoutFlags layout;     // --dp, --tp, --sp, --pp, --schedule, ... over the config's [parallel]
   int micro_batches = 0;  // 0: the config's batch.micro_batches
-  int virtual_stages = 1;
   int rank = 0;
-  std::string recompute = "none";
 };
 
 std::string bytes_text(int64_t bytes) {
@@ -91,9 +84,9 @@ void print_table(const std::vector<std::string>& header,
   for (const auto& row : rows) print_row(row);
 }
 
-void print_parameters(const ParameterTable& table, int rank, int tp_rank, const ExplainArgs& args,
+void print_parameters(const ParameterTable& table, int rank, int tp_rank, int tp,
                       const std::string& zero_note) {
-  fmt::print("\nparameters on rank {} (tp rank {} of {}):\n", rank, tp_rank, args.tp);
+  fmt::print("\nparameters on rank {} (tp rank {} of {}):\n", rank, tp_rank, tp);
   std::vector<std::vector<std::string>> rows;
   for (const ParameterRow& p : table.rows) {
     rows.push_back({p.name, shape_text(p.global_shape), shape_text(p.local_shape), p.shard, p.dtype,
@@ -136,8 +129,8 @@ std::string phase_of(const CollectiveRecord& r) {
   return "step";
 }
 
-void print_collectives(const std::vector<CollectiveRecord>& records, const ExplainArgs& args) {
-  if (args.tp == 1) {
+void print_collectives(const std::vector<CollectiveRecord>& records, const ParallelConfig& layout) {
+  if (layout.tp == 1) {
     fmt::print(
         "\ntensor-parallel collectives: none (tp = 1; the model's {} calls on a group of one "
         "communicate nothing)\n",
@@ -147,7 +140,8 @@ void print_collectives(const std::vector<CollectiveRecord>& records, const Expla
   fmt::print(
       "\ntensor-parallel collectives of one micro-batch's forward and backward{}, in order "
       "(group tp, {} ranks{}; sizes are the full buffer):\n",
-      args.pp > 1 ? " on this stage" : "", args.tp, args.sp ? ", sequence parallel" : "");
+      layout.pp > 1 ? " on this stage" : "", layout.tp,
+      layout.sequence_parallel ? ", sequence parallel" : "");
   std::vector<std::vector<std::string>> rows;
   struct OpTotal {
     int calls = 0;
@@ -175,7 +169,7 @@ void print_collectives(const std::vector<CollectiveRecord>& records, const Expla
 
 // Every sparse layer's experts on this rank and the exchanges that carry its tokens to them
 // (parallel/expert_parallel.h, in the order Transformer::moe_forward / moe_backward run them).
-void print_experts(const ExplainArgs& args, const RankWorkload& w, const MeshCoordinates& at) {
+void print_experts(const ParallelConfig& layout, const RankWorkload& w, const MeshCoordinates& at) {
   const ModelConfig& m = w.model;
   if (!m.moe()) return;
   const int64_t E = m.n_experts, first = w.ep.first(E), count = w.ep.count(E);
@@ -185,16 +179,16 @@ void print_experts(const ExplainArgs& args, const RankWorkload& w, const MeshCoo
       "\nmixture of experts: every layer routes its {} tokens to {} of {} experts (packed rows, "
       "at most {} with padding); this rank holds experts [{}, {}) of each layer\n",
       w.tokens(), m.experts_per_token, E, rows, first, first + count);
-  if (args.ep <= 1) {
+  if (layout.ep <= 1) {
     fmt::print(
         "  no expert parallelism: the rows stay on this rank; expert gradients are summed over "
         "dp like the others\n");
     return;
   }
-  const int block = at.dp / args.ep * args.ep;
+  const int block = at.dp / layout.ep * layout.ep;
   const std::string group =
-      fmt::format("ep[pp{}·tp{}·dp{}-{}]", at.pp, at.tp, block, block + args.ep - 1);
-  const std::string replicas = fmt::format("edp[pp{}·tp{}·ep{}]", at.pp, at.tp, at.dp % args.ep);
+      fmt::format("ep[pp{}·tp{}·dp{}-{}]", at.pp, at.tp, block, block + layout.ep - 1);
+  const std::string replicas = fmt::format("edp[pp{}·tp{}·ep{}]", at.pp, at.tp, at.dp % layout.ep);
   fmt::print(
       "  per layer on {} ({} ranks), in order:\n"
       "    forward   all_to_all  rows per (source, expert)   i32, {} per peer\n"
@@ -205,15 +199,17 @@ void print_experts(const ExplainArgs& args, const RankWorkload& w, const MeshCoo
       "    backward  all_to_all  grad of the rows            f32 x C, combine's counts\n"
       "  expert gradients: all_reduce over {} ({} ranks holding the same experts); dense "
       "gradients over dp ({} ranks)\n",
-      group, args.ep, count, cdt, m.d_model, rows, cdt, replicas, args.dp / args.ep, args.dp);
+      group, layout.ep, count, cdt, m.d_model, rows, cdt, replicas, layout.dp / layout.ep,
+      layout.dp);
 }
 
 // Every layer's attention under context parallelism: the hops of its ring on this rank, the
 // block products at each, and what goes over the cp group (ring_schedule, the order the ring
 // runs them in).
-void print_ring(const ExplainArgs& args, const RankWorkload& w, const MeshCoordinates& at) {
-  if (args.cp == 1) return;
-  const int n = args.cp, r = at.cp;
+void print_ring(const ParallelConfig& layout, int rank, const RankWorkload& w,
+                const MeshCoordinates& at) {
+  if (layout.cp == 1) return;
+  const int n = layout.cp, r = at.cp;
   const int64_t c = w.seq_len / 2;  // the rank's local positions are two chunks of c
   const int64_t kv_heads = ParameterRegistry(w.model, w.tp, w.part).heads().kv_heads;
   const int64_t block_elements = 4 * w.micro_batch * c * kv_heads * w.model.head_size();
@@ -225,8 +221,8 @@ void print_ring(const ExplainArgs& args, const RankWorkload& w, const MeshCoordi
       "chunks {} and {} of {} (positions [{}, {}) and [{}, {})); each hop sends the key/value "
       "block in hand to cp rank {} while its products run, and receives the next from cp rank "
       "{}:\n",
-      n, args.rank, r, 2 * n - 1 - r, 2 * n, r * c, (r + 1) * c, (2 * n - 1 - r) * c,
-      (2 * n - r) * c, (r + 1) % n, (r + n - 1) % n);
+      n, rank, r, 2 * n - 1 - r, 2 * n, r * c, (r + 1) * c, (2 * n - 1 - r) * c, (2 * n - r) * c,
+      (r + 1) % n, (r + n - 1) % n);
   std::vector<std::vector<std::string>> rows;
   double work = 0;
   for (const RingHop& hop : ring_schedule(n, r)) {
@@ -267,10 +263,10 @@ std::string part_text(const ModelPart& part) {
 
 // The schedule grid, then each stage's layers and activation memory: the trainer keeps one
 // activation slot per micro-batch in flight at the stage's peak, plus one shared scratch.
-void print_schedule(const ExplainArgs& args, const RankWorkload& rank_workload,
+void print_schedule(const ParallelConfig& layout, const RankWorkload& rank_workload,
                     const std::vector<ModelPart>& stage_parts, int micro_batches) {
-  const Schedule schedule = make_schedule(parse_schedule_kind(args.schedule), args.pp,
-                                          micro_batches, args.virtual_stages);
+  const Schedule schedule =
+      make_schedule(layout.schedule, layout.pp, micro_batches, layout.virtual_stages);
   const Timeline timeline = simulate(schedule);
   fmt::print("\npipeline schedule (unit costs: forward 1, backward-input 1, backward-weight 1):\n");
   // The grid ends with the peak in-flight micro-batches per stage (peak_in_flight) and the
@@ -278,7 +274,7 @@ void print_schedule(const ExplainArgs& args, const RankWorkload& rank_workload,
   fmt::print("{}", render_schedule_grid(schedule, timeline));
   const std::vector<int> peak = peak_in_flight(schedule);
   fmt::print("\nactivation memory per stage (tp rank {}):\n", rank_workload.tp.rank);
-  for (int stage = 0; stage < args.pp; ++stage) {
+  for (int stage = 0; stage < layout.pp; ++stage) {
     RankWorkload w = rank_workload;
     w.part = stage_parts[size_t(stage)];
     const ActivationTable acts = activation_table(w);
@@ -289,19 +285,16 @@ void print_schedule(const ExplainArgs& args, const RankWorkload& rank_workload,
   }
 }
 
-void run_explain(ExplainArgs args) {
-  TrainConfig config = load_train_config(args.config, args.overrides);
-  // Flags override the config's [parallel] section.
-  if (args.tp == 0) args.tp = config.parallel.tp;
-  if (args.dp == 0) args.dp = config.parallel.dp;
-  if (args.cp == 0) args.cp = config.parallel.cp;
-  if (args.ep == 0) args.ep = config.parallel.ep;
-  if (args.zero < 0) args.zero = config.parallel.zero;
-  args.sp = args.sp || config.parallel.sequence_parallel;
-  const MeshShape mesh{.pp = args.pp, .dp = args.dp, .tp = args.tp, .cp = args.cp, .ep = args.ep};
+void run_explain(const ExplainArgs& args, const CLI::App& cmd) {
+  // The layout `lattice train` would run: the config, then the layout flags over it.
+  TrainConfig config = resolve_layout_config(args.config, args.overrides, cmd, args.layout);
+  const ParallelConfig& layout = config.parallel;
+  const MeshShape mesh{
+      .pp = layout.pp, .dp = layout.dp, .tp = layout.tp, .cp = layout.cp, .ep = layout.ep};
   validate_mesh(mesh, mesh.world_size());
-  validate_context_parallel(args.cp, config.seq_len);
-  validate_moe_layout(config.model, args.cp, false, args.ep, args.dp, std::max(args.zero, 0));
+  validate_context_parallel(layout.cp, config.seq_len);
+  validate_moe_layout(config.model, layout.cp, false, layout.ep, layout.dp,
+                      std::max(layout.zero, 0));
   if (args.rank < 0 || args.rank >= mesh.world_size()) {
     LATTICE_THROW(ConfigError,
                   "--rank {} is outside the {} ranks of {} ---> HINT: give a rank in [0, {})",
@@ -310,52 +303,53 @@ void run_explain(ExplainArgs args) {
   const MeshCoordinates at = mesh_coordinates(mesh, args.rank);
   // --micro-batches is batch.micro_batches: the global batch follows (or must agree).
   if (args.micro_batches > 0) config.micro_batches = args.micro_batches;
-  config.resolve_batch(args.dp);
+  config.resolve_batch(layout.dp);
   const int micro_batches = int(config.micro_batches);
-  const bool pipeline = args.pp > 1 || args.virtual_stages > 1;
+  const bool pipeline = layout.pp > 1 || layout.virtual_stages > 1;
 
   // Under context parallelism a rank holds seq_len / cp positions of each sequence.
   RankWorkload w{config.model,
-                 {args.tp, at.tp, args.sp},
+                 {layout.tp, at.tp, layout.sequence_parallel},
                  config.micro_batch,
-                 config.seq_len / args.cp,
+                 config.seq_len / layout.cp,
                  config.compute_dtype};
-  w.recompute = parse_recompute(args.recompute);
-  w.ep = {args.ep, at.dp % args.ep};
-  w.context_parallel = args.cp > 1;
+  w.recompute = layout.recompute;
+  w.ep = {layout.ep, at.dp % layout.ep};
+  w.context_parallel = layout.cp > 1;
   // Zero-bubble schedules split backward: the weight gradients' inputs wait in the slot.
-  w.deferred_weights =
-      pipeline && parse_schedule_kind(args.schedule) == ScheduleKind::kZeroBubbleH1;
+  w.deferred_weights = pipeline && layout.schedule == ScheduleKind::kZeroBubbleH1;
   // Every description first: a layout the model cannot take fails before anything is printed.
   std::vector<ModelPart> stage_parts;
   if (pipeline) {
-    const StagePartition partition = partition_model(config.model, args.pp, args.virtual_stages);
-    for (int stage = 0; stage < args.pp; ++stage) {
-      stage_parts.push_back(stage_part(partition, args.pp, stage));
+    const StagePartition partition =
+        partition_model(config.model, layout.pp, layout.virtual_stages, layout.layers_per_chunk);
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      stage_parts.push_back(stage_part(partition, layout.pp, stage));
     }
     w.part = stage_parts[size_t(at.pp)];
   }
   ParameterTable params = parameter_table(w);
   // ZeRO shards over the replicas: dp, or dp × cp under context parallelism (the trainer's
   // replica rank dp · cp + cp).
-  const int replicas = args.dp * args.cp, replica = at.dp * args.cp + at.cp;
+  const int replicas = layout.dp * layout.cp, replica = at.dp * layout.cp + at.cp;
   std::string zero_note = replicas > 1 ? " (ZeRO 0: every dp replica holds all of it)" : "";
   // Under expert parallelism ZeRO shards over the dp / ep ranks holding the same experts.
-  const ZeroSharding sharding = zero_sharding(args.zero, replicas, replica, args.ep);
-  if (args.zero >= 1 && sharding.ranks > 1) {
+  const ZeroSharding sharding = zero_sharding(layout.zero, replicas, replica, layout.ep);
+  if (layout.zero >= 1 && sharding.ranks > 1) {
     // What the stage shards, as the ParameterStore allocates it on this replica.
     params = parameter_table(w, sharding);
-    const bool master = args.zero >= 3 || config.compute_dtype != DType::kF32;
-    zero_note = fmt::format(
-        " (ZeRO {}: {} rank {}'s shard of {} for {})", args.zero,
-        args.ep > 1   ? "expert-replica"
-        : args.cp > 1 ? "dp·cp"
-                      : "dp",
-        sharding.rank, sharding.ranks,
-        args.zero >= 3   ? "the optimizer state, gradients and parameters"
-        : args.zero == 2 ? (master ? "the optimizer state, f32 master and gradients"
-                                   : "the optimizer state and gradients")
-                         : (master ? "the optimizer state and f32 master" : "the optimizer state"));
+    const bool master = layout.zero >= 3 || config.compute_dtype != DType::kF32;
+    zero_note =
+        fmt::format(" (ZeRO {}: {} rank {}'s shard of {} for {})", layout.zero,
+                    layout.ep > 1   ? "expert-replica"
+                    : layout.cp > 1 ? "dp·cp"
+                                    : "dp",
+                    sharding.rank, sharding.ranks,
+                    layout.zero >= 3 ? "the optimizer state, gradients and parameters"
+                    : layout.zero == 2
+                        ? (master ? "the optimizer state, f32 master and gradients"
+                                  : "the optimizer state and gradients")
+                        : (master ? "the optimizer state and f32 master" : "the optimizer state"));
   }
   const ActivationTable acts = activation_table(w);
   const std::vector<CollectiveRecord> collectives = tensor_parallel_collectives(w);
@@ -369,16 +363,17 @@ void run_explain(ExplainArgs args) {
   fmt::print(
       "layout: {} = {} ranks (tp fastest){} | rank {} is {} | global batch {} = micro-batch {} × "
       "{} micro-batches × dp {}, T={}\n",
-      mesh.to_string(), mesh.world_size(), args.sp && args.tp > 1 ? ", sequence parallel" : "",
-      args.rank, at.to_string(), config.global_batch, config.micro_batch, config.micro_batches,
-      args.dp, config.seq_len);
+      mesh.to_string(), mesh.world_size(),
+      layout.sequence_parallel && layout.tp > 1 ? ", sequence parallel" : "", args.rank,
+      at.to_string(), config.global_batch, config.micro_batch, config.micro_batches, layout.dp,
+      config.seq_len);
   if (pipeline) fmt::print("pipeline stage {} holds {}\n", at.pp, part_text(w.part));
-  print_parameters(params, args.rank, at.tp, args, zero_note);
-  print_activations(acts, w, args.rank, args.cp);
-  print_collectives(collectives, args);
-  print_ring(args, w, at);
-  print_experts(args, w, at);
-  if (pipeline) print_schedule(args, w, stage_parts, micro_batches);
+  print_parameters(params, args.rank, at.tp, layout.tp, zero_note);
+  print_activations(acts, w, args.rank, layout.cp);
+  print_collectives(collectives, layout);
+  print_ring(layout, args.rank, w, at);
+  print_experts(layout, w, at);
+  if (pipeline) print_schedule(layout, w, stage_parts, micro_batches);
 }
 
 }  // namespace
@@ -390,38 +385,13 @@ void register_explain_command(CLI::App& app) {
   cmd->add_option("config", args->config, "The train TOML config (see configs/)")->required();
   cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")
       ->allow_extra_args(false);
-  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (default: parallel.tp)")
-      ->check(positive_number());
-  cmd->add_flag("--sp", args->sp,
-                "Sequence parallelism within the tensor-parallel group (default: parallel.sp)");
-  cmd->add_option("--dp", args->dp, "Data-parallel replicas (default: parallel.dp)")
-      ->check(positive_number());
-  cmd->add_option("--ep", args->ep,
-                  "Expert-parallel ranks: each sparse layer's experts over ep consecutive dp "
-                  "ranks (default: parallel.ep)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--cp", args->cp,
-                  "Context-parallel ranks: each sequence split, attention as a ring (default: "
-                  "parallel.cp)")
-      ->check(positive_number());
-  cmd->add_option("--zero", args->zero,
-                  "ZeRO stage over dp: 0 replicated, 1 optimizer state sharded, 2 and gradients, 3 "
-                  "and parameters (default: parallel.zero)")
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--pp", args->pp, "Pipeline stages")->check(positive_number());
-  cmd->add_option("--schedule", args->schedule,
-                  "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
+  add_layout_flags(*cmd, args->layout);
   cmd->add_option("--micro-batches", args->micro_batches,
                   "Micro-batches per step (overrides batch.micro_batches)")
       ->check(positive_number());
-  cmd->add_option("--virtual-stages", args->virtual_stages, "Model chunks per pipeline rank")
-      ->check(positive_number());
-  cmd->add_option("--recompute", args->recompute,
-                  "Activation recompute: none, selective (attention core), full (layer inputs "
-                  "kept only)");
   cmd->add_option("--rank", args->rank, "The world rank to describe (default 0)")
       ->check(non_negative_number());
-  cmd->callback([args] { run_explain(*args); });
+  cmd->callback([args, cmd] { run_explain(*args, *cmd); });
 }
 
 }  // namespace lattice::cli

@@ -139,7 +139,8 @@ void run_launch(const LaunchArgs& args) {
                     "F lattice train ... --transport mpi, or drop --transport mpi for the "
                     "elastic engine");
     }
-    launch_options(args.nproc_per_node, args.command);  // the config and its timeouts, checked
+    // The config, its timeouts and its world, checked.
+    launch_options(args.nproc_per_node, args.command, args.nnodes);
     StaticRelaunchOptions options;
     options.nproc = args.nproc_per_node;
     options.max_restarts = args.max_restarts;
@@ -157,7 +158,7 @@ void run_launch(const LaunchArgs& args) {
     if (code != 0) LATTICE_THROW(CommError, "lattice launch: the MPI job failed (code {})", code);
     return;
   }
-  AgentOptions options = launch_options(args.nproc_per_node, args.command);
+  AgentOptions options = launch_options(args.nproc_per_node, args.command, args.nnodes);
   if (!args.no_preflight && args.command.front() == "train") {
     check_timeouts_before_start(args.command);
   }
@@ -180,9 +181,29 @@ void run_launch(const LaunchArgs& args) {
   }
 }
 
+// The job's ranks must be the layout's pp × dp × cp × tp: refused once here, before any rank
+// starts, rather than by every rank's mesh check (whose hint, mpirun -np, is the wrong fix
+// under launch).
+void refuse_world_mismatch(const ParallelConfig& layout, int world) {
+  if (layout.world_size() == world) return;
+  const int others = layout.pp * layout.cp * layout.tp;
+  const std::string fix =
+      world % others == 0
+          ? fmt::format("add --dp {} after `train CONFIG` (pp {} x dp {} x cp {} x tp {} = {})",
+                        world / others, layout.pp, world / others, layout.cp, layout.tp, world)
+          : fmt::format(
+                "choose --pp, --dp, --cp and --tp whose product is {}, or run "
+                "--nproc-per-node x --nnodes = {} ranks",
+                world, layout.world_size());
+  LATTICE_THROW(ConfigError,
+                "lattice launch starts a world of {} ranks, but the layout pp {} x dp {} x cp {} "
+                "x tp {} needs {} ---> HINT: {}",
+                world, layout.pp, layout.dp, layout.cp, layout.tp, layout.world_size(), fix);
+}
+
 }  // namespace
 
-AgentOptions launch_options(int nproc, std::vector<std::string> command) {
+AgentOptions launch_options(int nproc, std::vector<std::string> command, int nnodes) {
   // `doctor --env`: every rank process reports its launch environment (docs/doctor.md).
   if (!command.empty() && command[0] == "doctor" &&
       std::find(command.begin(), command.end(), "--env") != command.end()) {
@@ -201,6 +222,7 @@ AgentOptions launch_options(int nproc, std::vector<std::string> command) {
   TrainConfig config = parse_train_command(command);
   config.parallel.transport = TransportKind::kGloo;
   config.check_timeout_ladder();
+  refuse_world_mismatch(config.parallel, nproc * nnodes);
   AgentOptions options;
   options.nproc = nproc;
   options.command = std::move(command);

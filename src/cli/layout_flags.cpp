@@ -1,6 +1,7 @@
 #include "cli/layout_flags.h"
 
 #include "cli/validators.h"
+#include "core/error.h"
 
 namespace lattice::cli {
 
@@ -53,6 +54,21 @@ void add_layout_flags(CLI::App& command, LayoutFlags& flags) {
                 "(parallel.check_replicas)");
 }
 
+namespace {
+
+// A choice flag parsed by its config key's parser (the TOML's too), its refusal prefixed with
+// the flag and the value given: the same ConfigError (exit 3) as the key's in the config.
+template <typename Parse>
+auto parse_choice_flag(const char* flag, const std::string& value, Parse parse) {
+  try {
+    return parse(value);
+  } catch (const ConfigError& e) {
+    LATTICE_THROW(ConfigError, "{} {}: {}", flag, value, e.what());
+  }
+}
+
+}  // namespace
+
 void apply_layout_flags(const CLI::App& cmd, const LayoutFlags& flags, ParallelConfig& layout) {
   const ParallelConfig& given_values = flags.layout;
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
@@ -63,14 +79,34 @@ void apply_layout_flags(const CLI::App& cmd, const LayoutFlags& flags, ParallelC
   if (given("--sp")) layout.sequence_parallel = given_values.sequence_parallel;
   if (given("--zero")) layout.zero = given_values.zero;
   if (given("--bucket-mb")) layout.bucket_mb = given_values.bucket_mb;
-  if (given("--transport")) layout.transport = parse_transport(flags.transport);
+  if (given("--transport")) {
+    layout.transport = parse_choice_flag("--transport", flags.transport, [](std::string_view name) {
+      return parse_transport(name);
+    });
+  }
   if (given("--check-replicas")) layout.check_replicas = given_values.check_replicas;
   if (given("--deterministic")) layout.deterministic = given_values.deterministic;
   if (given("--pp")) layout.pp = given_values.pp;
-  if (given("--schedule")) layout.schedule = parse_schedule_kind(flags.schedule);
+  if (given("--schedule")) {
+    layout.schedule = parse_choice_flag("--schedule", flags.schedule, [](std::string_view name) {
+      return parse_schedule_kind(name);
+    });
+  }
   if (given("--virtual-stages")) layout.virtual_stages = given_values.virtual_stages;
-  if (given("--recompute")) layout.recompute = parse_recompute(flags.recompute);
+  if (given("--recompute")) {
+    layout.recompute = parse_choice_flag("--recompute", flags.recompute, [](std::string_view name) {
+      return parse_recompute(name);
+    });
+  }
   if (given("--layers-per-chunk")) layout.layers_per_chunk = given_values.layers_per_chunk;
+}
+
+TrainConfig resolve_layout_config(const std::string& path,
+                                  const std::vector<std::string>& overrides, const CLI::App& cmd,
+                                  const LayoutFlags& flags) {
+  TrainConfig config = load_train_config(path, overrides);
+  apply_layout_flags(cmd, flags, config.parallel);
+  return config;
 }
 
 }  // namespace lattice::cli

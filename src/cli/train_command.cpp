@@ -104,8 +104,7 @@ MeshShape mesh_shape(const ParallelConfig& layout) {
 
 // The config a `train` command line gives: the file, its --set overrides, the layout flags.
 TrainConfig resolve_train_config(const TrainArgs& args, const CLI::App& cmd) {
-  TrainConfig config = load_train_config(args.config, args.overrides);
-  apply_layout_flags(cmd, args.layout, config.parallel);
+  TrainConfig config = resolve_layout_config(args.config, args.overrides, cmd, args.layout);
   if (cmd.count("--ckpt-async") > 0) config.checkpoint_async = args.ckpt_async;
   return config;
 }

@@ -75,7 +75,12 @@ TransportKind parse_transport(std::string_view name) {
   for (int i = 0; i < kTransportCount; ++i) {
     if (transport_name(TransportKind(i)) == name) return TransportKind(i);
   }
-  LATTICE_THROW(ValueError, "unknown transport '{}' ---> HINT: use threads, mpi or gloo", name);
+  // A ConfigError wherever the name comes from (parallel.transport, --transport): input refused.
+  LATTICE_THROW(ConfigError,
+                "unknown transport '{}' ---> HINT: use threads, mpi or gloo: threads (in-process "
+                "ranks), mpi (one rank per process, under mpirun), gloo (one rank per process, "
+                "under lattice launch)",
+                name);
 }
 
 }  // namespace lattice

@@ -39,12 +39,12 @@ inline constexpr int kAlgorithmCount = 6;
 enum class TransportKind : uint8_t { kThreads, kMpi, kGloo };
 inline constexpr int kTransportCount = 3;
 
-std::string_view reduce_op_name(ReduceOp op);         // "sum", "max"
-std::string_view collective_name(Collective c);       // "all_reduce", ...
-std::string_view algorithm_name(Algorithm a);         // "auto", "ring", "hd", "tree", "native"
-std::string_view transport_name(TransportKind kind);  // "threads", "mpi", "gloo"
-Algorithm parse_algorithm(std::string_view name);     // throws ValueError naming the choices
-TransportKind parse_transport(std::string_view name);
+std::string_view reduce_op_name(ReduceOp op);          // "sum", "max"
+std::string_view collective_name(Collective c);        // "all_reduce", ...
+std::string_view algorithm_name(Algorithm a);          // "auto", "ring", "hd", "tree", "native"
+std::string_view transport_name(TransportKind kind);   // "threads", "mpi", "gloo"
+Algorithm parse_algorithm(std::string_view name);      // throws ValueError naming the choices
+TransportKind parse_transport(std::string_view name);  // throws ConfigError naming the choices
 
 using CommClock = std::chrono::steady_clock;
 using Deadline = CommClock::time_point;

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <string.h>
+
 #include <atomic>
 
 namespace lattice {
@@ -26,6 +28,12 @@ void install_stop_request_handlers() {
 
 int stop_requested() {
   return g_signal.load(std::memory_order_relaxed);
+}
+
+std::string signal_name(int signal) {
+  const char* abbreviation = ::sigabbrev_np(signal);  // "TERM"; null for an unknown number
+  return abbreviation != nullptr ? std::string("SIG") + abbreviation
+                                 : "signal " + std::to_string(signal);
 }
 
 }  // namespace lattice

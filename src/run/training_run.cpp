@@ -198,13 +198,45 @@ bool restore_snapshot(Trainer& trainer, const RankSession* session, Communicator
   return true;
 }
 
+// A stop every rank agreed on: the signal and the rank that received it (the lowest, when
+// several did), so that rank 0 names a signal sent to another rank's process.
+struct AgreedStop {
+  int signal = 0;
+  int rank = 0;
+  int ranks_signalled = 0;
+};
+
 // Whether any rank was asked to stop (SIGTERM, SIGINT): collective, so every rank stops after
 // the same step.
-bool stop_agreed(Communicator& world) {
-  float flag = stop_requested() != 0 ? 1.0f : 0.0f;
+std::optional<AgreedStop> stop_agreed(Communicator& world) {
+  // One float, exact below 2^24: the signal in the high part, 4095 - rank in the low 12 bits,
+  // so that the maximum is the highest signal at the lowest rank.
+  constexpr int kRankSpan = 4096;
+  const int signal = stop_requested();
+  const int rank_code = kRankSpan - 1 - std::min(world.rank(), kRankSpan - 1);
+  float code = signal != 0 ? float(signal * kRankSpan + rank_code) : 0.0f;
   // A fixed algorithm: the tuner has nothing to learn from one float, and must not re-measure.
-  world.all_reduce(&flag, 1, DType::kF32, ReduceOp::kMax, {.algorithm = Algorithm::kTree});
-  return flag != 0.0f;
+  world.all_reduce(&code, 1, DType::kF32, ReduceOp::kMax, {.algorithm = Algorithm::kTree});
+  if (code == 0.0f) return std::nullopt;
+  float signalled = signal != 0 ? 1.0f : 0.0f;
+  world.all_reduce(&signalled, 1, DType::kF32, ReduceOp::kSum, {.algorithm = Algorithm::kTree});
+  const int agreed = int(code);
+  return AgreedStop{.signal = agreed / kRankSpan,
+                    .rank = kRankSpan - 1 - agreed % kRankSpan,
+                    .ranks_signalled = int(signalled)};
+}
+
+// "SIGTERM, received by rank 1", "SIGTERM, received by every rank".
+std::string stop_origin(const AgreedStop& stop, int world_size) {
+  const std::string name = signal_name(stop.signal);
+  if (stop.ranks_signalled == world_size && world_size > 1) {
+    return fmt::format("{}, received by every rank", name);
+  }
+  if (stop.ranks_signalled > 1) {
+    return fmt::format("{}, received by {} ranks, the first rank {}", name, stop.ranks_signalled,
+                       stop.rank);
+  }
+  return fmt::format("{}, received by rank {}", name, stop.rank);
 }
 
 // Prints each newly committed checkpoint once (world rank 0).
@@ -288,14 +320,16 @@ void print_summary(Trainer& trainer, const TrainConfig& config, int64_t first_st
 
 // A stop was requested (preemption): the step just trained is written as a durable checkpoint
 // under output.dir/checkpoints, which `--resume auto` continues from.
-void save_stop_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMesh& mesh) {
+void save_stop_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMesh& mesh,
+                          const AgreedStop& stop) {
   const bool lead = mesh.world().rank() == 0;
+  const std::string origin = stop_origin(stop, mesh.world().size());
   if (config.out_dir.empty()) {
     if (lead) {
       spdlog::warn(
-          "stop requested (signal {}) after step {}, but output.dir is empty: nothing "
+          "stop requested (signal {}: {}) after step {}, but output.dir is empty: nothing "
           "was saved ---> HINT: set output.dir to keep a preempted run's progress",
-          stop_requested(), trainer.step());
+          stop.signal, origin, trainer.step());
     }
     return;
   }
@@ -305,9 +339,9 @@ void save_stop_checkpoint(Trainer& trainer, const TrainConfig& config, DeviceMes
                               &mesh.world(), {.keep_last = int(config.keep_last)});
   if (lead) {
     fmt::print(
-        "stopped by signal {} after step {}: checkpoint {} committed (continue with "
+        "stopped by signal {} after step {} ({}): checkpoint {} committed (continue with "
         "--resume auto)\n",
-        stop_requested(), trainer.step(), dir.string());
+        stop.signal, trainer.step(), origin, dir.string());
     std::fflush(stdout);
   }
 }
@@ -457,7 +491,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
   std::optional<std::filesystem::path> reported;
   double stall_seconds = 0.0;
   int64_t saves = 0;
-  bool stopped = false;
+  std::optional<AgreedStop> stopped;
   const int64_t first_step = trainer.step();
   // Under lattice launch the agent watches for stragglers from its status records.
   // A bar only where this process owns the terminal (mpirun and lattice launch forward ranks'
@@ -493,12 +527,12 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
       ++saves;
     }
     if (checkpoints) report_committed(*checkpoints, lead, reported);
-    stopped = !last && stop_agreed(mesh.world());
+    if (!last) stopped = stop_agreed(mesh.world());
     m.loop_ms = loop.milliseconds();
     loop.restart();
     if (rank_metrics) rank_metrics->write(m, peak);
     const bool line_due =
-        m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped;
+        m.step % config.log_interval == 0 || eval_due || last || m.step == 1 || stopped.has_value();
     live.after_step(m, mesh.world(), line_due);
     if (lead) {
       if (line_due) {
@@ -523,7 +557,7 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
     }
   }
   if (stopped) {
-    save_stop_checkpoint(trainer, config, mesh);
+    save_stop_checkpoint(trainer, config, mesh, *stopped);
     return;
   }
   const double train_seconds = wall.seconds();

@@ -127,24 +127,28 @@ GemmLibrary get_gemm_library(const toml::node& node, const std::string& key) {
   }
 }
 
-TransportKind get_transport(const toml::node& node, const std::string& key) {
+// A choice key read by the parser the command-line flag uses too (one parser per key), its
+// refusal prefixed with the key and the value given.
+template <typename Parse>
+auto get_choice(const toml::node& node, const std::string& key, Parse parse) {
   const std::string name = get_string(node, key);
-  if (name != "threads" && name != "mpi" && name != "gloo") {
-    LATTICE_THROW(ConfigError,
-                  "config key '{}' = \"{}\" ---> HINT: use \"threads\" (in-process ranks), "
-                  "\"mpi\" (one rank per process, under mpirun) or \"gloo\" (one rank per "
-                  "process, under lattice launch)",
-                  key, name);
+  try {
+    return parse(name);
+  } catch (const ConfigError& e) {
+    LATTICE_THROW(ConfigError, "config key '{}' = \"{}\": {}", key, name, e.what());
   }
-  return parse_transport(name);
+}
+
+TransportKind get_transport(const toml::node& node, const std::string& key) {
+  return get_choice(node, key, [](std::string_view name) { return parse_transport(name); });
 }
 
 ScheduleKind get_schedule(const toml::node& node, const std::string& key) {
-  return parse_schedule_kind(get_string(node, key));  // ConfigError listing the schedules
+  return get_choice(node, key, [](std::string_view name) { return parse_schedule_kind(name); });
 }
 
 Recompute get_recompute(const toml::node& node, const std::string& key) {
-  return parse_recompute(get_string(node, key));  // ConfigError listing the choices
+  return get_choice(node, key, [](std::string_view name) { return parse_recompute(name); });
 }
 
 ModelConfig get_preset(const toml::node& node, const std::string& key) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <regex>
+#include <sstream>
 
 #include "cli/cli_run.h"
 #include "train/test_corpus.h"
@@ -453,6 +455,67 @@ TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise
   EXPECT_NE(resumed.out.find("at step " + std::to_string(stopped)), std::string::npos)
       << resumed.out;
   expect_final_equals_baseline(dir, 2);
+}
+
+// Two rank processes for a layout of one rank (no --dp 2): the agent refuses it once, before
+// starting any rank, with the fix; every rank used to fail the mesh check with mpirun's hint.
+TEST_F(ElasticLaunch, AWorldThatIsNotTheLayoutsIsRefusedOnceBeforeAnyRankStarts) {
+  const auto dir = out_dir("world_mismatch");
+  const CliResult r = run_cli({LATTICE_EXECUTABLE, "launch", "--nproc-per-node", "2", "--", "train",
+                               config_->string(), "--set", "output.dir=" + dir.string()},
+                              kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("world of 2 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HINT: add --dp 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.all().find("mpirun -np"), std::string::npos) << "no rank's mesh error\n" << r.all();
+  EXPECT_EQ(r.all().find("rank 0"), std::string::npos) << r.all();
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a rank started";
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+// The pid of `agent`'s rank process `rank` (its environment's LATTICE_RANK), or -1.
+pid_t rank_process(pid_t agent, int rank) {
+  const std::string wanted = "LATTICE_RANK=" + std::to_string(rank);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream stat(read_text(entry.path() / "stat"));
+    std::string pid, command, state;
+    pid_t parent = 0;
+    // "pid (comm) state ppid ...": a rank's command is "lattice", without spaces.
+    if (!(stat >> pid >> command >> state >> parent) || parent != agent) continue;
+    std::string environment = read_text(entry.path() / "environ");
+    std::replace(environment.begin(), environment.end(), '\0', '\n');
+    if (("\n" + environment + "\n").find("\n" + wanted + "\n") != std::string::npos) {
+      return pid_t(std::stoi(name));
+    }
+  }
+  return -1;
+}
+
+// SIGTERM to rank 1's process alone, not the agent: every rank stops after the same step and
+// rank 0 names the signal and the rank that received it (it used to print "signal 0").
+TEST_F(ElasticLaunch, SigtermToOneRankIsNamedByRankZero) {
+  const auto dir = out_dir("sigterm_rank1");
+  CliProcess job(launch(2, dir, {"--set", "train.steps=10"}),
+                 {"LATTICE_FAULT=slow@forward:0:0", "LATTICE_FAULT_SLOW_MS=150"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::regex_search(job.out_so_far(), std::regex("step +3/10")) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t rank1 = rank_process(job.pid(), 1);
+  ASSERT_GT(rank1, 0) << "no rank 1 process under the agent";
+  ::kill(rank1, SIGTERM);
+  const CliResult r = job.wait(kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(R"(stopped by signal 15 after step (\d+) \(SIGTERM, received by rank 1\))")))
+      << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "checkpoints" / ("step_" + m[1].str())));
 }
 
 // Four ranks with a global batch of 12 (3 sequences each); rank 1 fails once more than

@@ -125,6 +125,30 @@ TEST(ExplainCli, PipelineLayoutPrintsTheScheduleGrid) {
   EXPECT_NE(r.out.find("activation memory per stage"), std::string::npos) << r.out;
 }
 
+// Explain resolves the layout as train does: the config's [parallel] pp, schedule, virtual
+// stages, recompute and sp, with no flag; a flag given overrides its key, --sp=false too.
+TEST(ExplainCli, TheConfigsParallelSectionIsTheLayoutExplained) {
+  const auto config = scratch_dir("explain_parallel") / "pipeline.toml";
+  std::ofstream(config) << read_text(kTinyConfig)
+                        << "\n[parallel]\npp = 2\nschedule = \"gpipe\"\nrecompute = \"full\"\n"
+                           "tp = 2\nsp = true\nlayers_per_chunk = [1, 1]\n";
+  const CliResult r = run_cli(explain(config.string(), {"--micro-batches", "4"}), kLimitS);
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.out.find("layout: pp2·dp1·tp2 = 4 ranks (tp fastest), sequence parallel"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pipeline schedule (unit costs"), std::string::npos) << r.out;
+  // GPipe: every forward before the first backward, so stage 0 holds all 4 micro-batches.
+  EXPECT_NE(r.out.find("stage 0: 4 slot(s)"), std::string::npos) << r.out;
+  const CliResult flags = run_cli(
+      explain(config.string(), {"--micro-batches", "4", "--sp=false", "--schedule", "1f1b"}),
+      kLimitS);
+  ASSERT_EQ(flags.exit_code, 0) << flags.all();
+  EXPECT_NE(flags.out.find("layout: pp2·dp1·tp2 = 4 ranks (tp fastest) |"), std::string::npos)
+      << flags.out;
+  EXPECT_NE(flags.out.find("stage 0: 2 slot(s)"), std::string::npos) << flags.out;
+}
+
 TEST(ExplainCli, MalformedTomlNamesTheFileAndLine) {
   const auto config = scratch_dir("explain_malformed") / "broken.toml";
   std::ofstream(config) << "[model]\npreset = \"gpt2-tiny\"\n[batch\nseq_len = 32\n";

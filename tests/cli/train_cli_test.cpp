@@ -369,9 +369,32 @@ TEST_F(TrainCli, AMisspeltChoiceIsRefusedWithTheChoicesBeforeAnyRankStarts) {
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(train(dir / "choices.jsonl", c.flags), kLimitS);
-    EXPECT_NE(r.exit_code, 0) << c.flags.back();
+    EXPECT_EQ(r.exit_code, 3) << c.flags.back();
     EXPECT_NE(r.err.find(c.named), std::string::npos) << c.flags.back() << "\n" << r.all();
     EXPECT_EQ(r.out.find("step "), std::string::npos) << c.flags.back() << ": a rank trained";
+  }
+}
+
+// A misspelt choice is one mistake with one exit code: the flag and the config key are refused
+// alike (ConfigError, exit 3), each naming where the value came from and the choices.
+TEST_F(TrainCli, AMisspeltChoiceIsRefusedAlikeAsAFlagAndAsAConfigKey) {
+  struct Choice {
+    std::string flag, key, hint;
+  };
+  const std::vector<Choice> choices = {
+      {"--transport", "parallel.transport", "use threads, mpi or gloo"},
+      {"--schedule", "parallel.schedule", "gpipe, 1f1b"},
+      {"--recompute", "parallel.recompute", "none, selective or full"}};
+  const auto metrics = std::filesystem::path(*data_) / "choice.jsonl";
+  for (const Choice& c : choices) {
+    const CliResult flag = run_cli(train(metrics, {c.flag, "foo"}), kLimitS);
+    EXPECT_EQ(flag.exit_code, 3) << flag.all();
+    EXPECT_NE(flag.err.find(c.flag + " foo: "), std::string::npos) << flag.err;
+    EXPECT_NE(flag.err.find(c.hint), std::string::npos) << flag.err;
+    const CliResult key = run_cli(train(metrics, {"--set", c.key + "=foo"}), kLimitS);
+    EXPECT_EQ(key.exit_code, 3) << key.all();
+    EXPECT_NE(key.err.find("'" + c.key + "' = \"foo\""), std::string::npos) << key.err;
+    EXPECT_NE(key.err.find(c.hint), std::string::npos) << key.err;
   }
 }
 
