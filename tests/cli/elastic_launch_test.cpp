@@ -102,6 +102,15 @@ class ElasticLaunch : public ::testing::Test {
     return std::stoi(m[1]);
   }
 
+  // Waits, up to 60 s, until a running job's output has a line matching `pattern`.
+  static void wait_for_line(CliProcess& job, const std::string& pattern) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::regex_search(job.out_so_far(), std::regex(pattern)) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   // The detection time the agent reports ("detected X s after its last sign of life").
   static double detected_after(const std::string& err) {
     std::smatch m;
@@ -419,7 +428,7 @@ TEST_F(ElasticLaunch, ALivelockAmongLongPhasesIsFoundAfterTheFactorTimesTheLonge
       r.err, m, std::regex(R"(no progress for ([0-9.]+) s \(stuck; limit ([0-9.]+) s)")))
       << r.err;
   const double limit = std::stod(m[2]);
-  EXPECT_GT(limit, 4 * 2.6) << r.err;
+  EXPECT_GE(limit, 4 * 2.6 - 0.01) << r.err;  // printed to 0.01 s
   EXPECT_LT(limit, 15.0) << r.err;
   EXPECT_NE(r.err.find("elastic.progress_factor 4"), std::string::npos) << r.err;
   const double detected = detected_after(r.err);
@@ -434,11 +443,7 @@ TEST_F(ElasticLaunch, SigtermWritesADurableCheckpointAndTheResumedRunEndsBitwise
   // Slow steps, so that the signal arrives while the run is in its middle.
   CliProcess job(launch(2, dir, {"--set", "train.steps=10"}),
                  {"LATTICE_FAULT=slow@forward:0:0", "LATTICE_FAULT_SLOW_MS=150"});
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::regex_search(job.out_so_far(), std::regex("step +3/10")) &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_for_line(job, "step +3/10");
   job.signal(SIGTERM);
   const CliResult r = job.wait(kLimitS);
   ASSERT_EQ(r.exit_code, 0) << r.all();
@@ -500,11 +505,7 @@ TEST_F(ElasticLaunch, SigtermToOneRankIsNamedByRankZero) {
   const auto dir = out_dir("sigterm_rank1");
   CliProcess job(launch(2, dir, {"--set", "train.steps=10"}),
                  {"LATTICE_FAULT=slow@forward:0:0", "LATTICE_FAULT_SLOW_MS=150"});
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::regex_search(job.out_so_far(), std::regex("step +3/10")) &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_for_line(job, "step +3/10");
   const pid_t rank1 = rank_process(job.pid(), 1);
   ASSERT_GT(rank1, 0) << "no rank 1 process under the agent";
   ::kill(rank1, SIGTERM);
