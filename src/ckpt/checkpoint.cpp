@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/collective_save.h"
-#include "ckpt/crc32c.h"
 #include "ckpt/flat_range.h"
 #include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
@@ -183,7 +182,6 @@ Manifest training_manifest(const TrainConfig& config, const Transformer& model,
                            const TrainingState& state, const CheckpointLayout& layout) {
   Manifest manifest;
   manifest.step = state.step;
-  manifest.config_hash = fmt::format("{:08x}", crc32c(model_config_to_json(model.config()).dump()));
   manifest.layout = layout;
   manifest.state = state_json(config, model, state);
   return manifest;

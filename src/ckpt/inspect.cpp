@@ -16,7 +16,6 @@ void describe_manifest(const fs::path& dir, const Manifest& m, std::string& out)
   out += fmt::format("step        {}\n", m.step);
   out += fmt::format("format      {}\n", m.format_version);
   out += fmt::format("layout      {}\n", m.layout.to_string());
-  out += fmt::format("config hash {}\n", m.config_hash.empty() ? "-" : m.config_hash);
   out += fmt::format("state       {}\n", m.state.dump());
   int64_t elements = 0;
   for (const TensorRecord& t : m.tensors) elements += t.shape.numel();

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace lattice {
@@ -137,9 +137,9 @@ json manifest_body(const Manifest& m) {
   json tensors = json::array(), files = json::array();
   for (const TensorRecord& t : m.tensors) tensors.push_back(tensor_to_json(t));
   for (const FileRecord& f : m.files) files.push_back(file_to_json(f));
-  return {{"format_version", m.format_version}, {"step", m.step},   {"config_hash", m.config_hash},
-          {"layout", layout_to_json(m.layout)}, {"state", m.state}, {"tensors", std::move(tensors)},
-          {"files", std::move(files)}};
+  return {{"format_version", m.format_version}, {"step", m.step},
+          {"layout", layout_to_json(m.layout)}, {"state", m.state},
+          {"tensors", std::move(tensors)},      {"files", std::move(files)}};
 }
 
 }  // namespace
@@ -302,7 +302,6 @@ Manifest manifest_from_text(const std::string& text, const fs::path& path) {
                     kShardedCheckpointFormatVersion);
     }
     m.step = integer_field<int64_t>(body, "step");
-    m.config_hash = body.at("config_hash").get<std::string>();
     m.layout = layout_from_json(body.at("layout"));
     m.state = body.at("state");
     for (const json& t : body.at("tensors")) {

@@ -1,6 +1,6 @@
 // The manifest of a sharded checkpoint: manifest.json in the checkpoint directory, written last.
 //
-//   {"format_version": 2, "step": 1200, "config_hash": "9a1c03f2",
+//   {"format_version": 3, "step": 1200,
 //    "layout": {"dp": 1, "tp": 1, "pp": 1, "v": 1, "zero": 0},
 //    "state": {...},                               training state (checkpoint.h), free-form JSON
 //    "tensors": [{"name": "transformer.wte.weight", "shape": [65, 64], "dtype": "f32",
@@ -82,7 +82,6 @@ struct RankWriteResult {
 struct Manifest {
   int format_version = kShardedCheckpointFormatVersion;
   int64_t step = 0;
-  std::string config_hash;  // CRC32C of the model config JSON, hex
   CheckpointLayout layout;
   nlohmann::json state = nlohmann::json::object();
   std::vector<TensorRecord> tensors;  // sorted by name

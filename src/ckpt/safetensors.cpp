@@ -8,7 +8,7 @@
 #include <cstring>
 #include <set>
 
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rank_progress.h"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/rank_progress.h"

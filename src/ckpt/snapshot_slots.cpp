@@ -12,7 +12,7 @@
 #include <map>
 #include <tuple>
 
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"

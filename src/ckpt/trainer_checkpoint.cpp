@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ckpt/collective_save.h"
+#include "ckpt/model_config_json.h"
 #include "core/error.h"
 
 namespace lattice {
@@ -29,10 +30,11 @@ CheckpointLayout trainer_layout(const Trainer& trainer) {
 }
 
 nlohmann::json resume_keys(const Trainer& trainer) {
-  return resume_keys(trainer.config(), trainer.train_tokens());
+  return resume_keys(trainer.config(), TrainingFileIdentity{.tokens = trainer.train_tokens(),
+                                                            .checksum = trainer.train_checksum()});
 }
 
-nlohmann::json resume_keys(const TrainConfig& c, std::optional<int64_t> train_tokens) {
+nlohmann::json resume_keys(const TrainConfig& c, std::optional<TrainingFileIdentity> data) {
   nlohmann::json keys = {{"batch.global_batch", c.global_batch},
                          {"batch.seq_len", c.seq_len},
                          {"data.mode", sampling_mode_name(c.data_mode)},
@@ -48,7 +50,42 @@ nlohmann::json resume_keys(const TrainConfig& c, std::optional<int64_t> train_to
                          {"optim.eps", c.adam.eps},
                          {"optim.weight_decay", c.adam.weight_decay},
                          {"optim.grad_clip", c.grad_clip}};
-  if (train_tokens) keys["data.dir"] = *train_tokens;  // the training file, by its token count
+  // The model: every field but its name and init_std (a resume replaces the initialization).
+  // A dense model's JSON has no expert fields; n_experts 0 still tells it from a sparse one.
+  const nlohmann::json model = model_config_to_json(c.model);
+  for (const auto& [name, value] : model.items()) {
+    if (name != "name" && name != "init_std") keys["model." + name] = value;
+  }
+  keys["model.n_experts"] = c.model.n_experts;
+  // The training file by its contents, whatever its path.
+  if (data) {
+    keys["data.dir"] = {{"tokens", data->tokens},
+                        {"crc32c", fmt::format("{:08x}", data->checksum)}};
+  }
+  return keys;
+}
+
+const std::vector<std::string>& resume_free_keys() {
+  static const std::vector<std::string> keys = {
+      // The model's preset only names the model.* keys, which are compared; init_std only
+      // draws the initial weights, which a resume replaces.
+      "model.preset", "model.init_std",
+      // How the global batch (compared) is split, and how long the run goes (the LR schedule's
+      // length, optim.decay_steps, is compared as resolved).
+      "batch.micro_batch", "batch.micro_batches", "train.steps",
+      // How fast, not what: threads, the GEMM library, the layout (any layout resumes any
+      // other, equal to one rank) and the liveness of an elastic run.
+      "train.threads", "train.gemm_library", "parallel.dp", "parallel.tp", "parallel.cp",
+      "parallel.ep", "parallel.sp", "parallel.zero", "parallel.bucket_mb", "parallel.transport",
+      "parallel.check_replicas", "parallel.pp", "parallel.schedule", "parallel.virtual_stages",
+      "parallel.layers_per_chunk", "parallel.recompute", "parallel.deterministic",
+      "parallel.comm_profile", "parallel.timeout_s", "elastic.heartbeat_interval_s",
+      "elastic.heartbeat_timeout_s", "elastic.progress_timeout_s", "elastic.progress_factor",
+      "elastic.snapshot_every", "elastic.straggler_factor",
+      // What the run reports and where it writes, outside the training steps.
+      "train.log_interval", "eval.interval", "eval.batches", "sample.tokens", "sample.temperature",
+      "sample.prompt", "sample.seed", "output.dir", "output.checkpoint_every", "output.keep_last",
+      "output.checkpoint_async"};
   return keys;
 }
 
@@ -90,12 +127,26 @@ fs::path save_trainer_checkpoint(const CheckpointTarget& target, Trainer& traine
 
 namespace {
 
-std::string describe_key(const std::string& key, const nlohmann::json& value) {
-  if (key == "data.dir") return fmt::format("a train.bin of {} tokens", value.dump());
-  if (key == "optim.decay_steps") {
-    return fmt::format("{} (train.steps when optim.decay_steps is unset)", value.dump());
+// A value as the config would write it: the config's floats are single precision, so a float
+// the JSON holds as the double 0.003000000026077032 is written 0.003.
+std::string value_text(const nlohmann::json& value) {
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (double(float(d)) == d) return fmt::format("{}", float(d));
   }
   return value.dump();
+}
+
+std::string describe_key(const std::string& key, const nlohmann::json& value) {
+  if (key == "data.dir" && value.is_object()) {
+    return fmt::format("a train.bin of {} tokens with CRC32C {}", value.at("tokens").dump(),
+                       value.at("crc32c").get<std::string>());
+  }
+  if (key == "data.dir") return fmt::format("a train.bin of {} tokens", value.dump());
+  if (key == "optim.decay_steps") {
+    return fmt::format("{} (train.steps when optim.decay_steps is unset)", value_text(value));
+  }
+  return value_text(value);
 }
 
 // ConfigError naming every key whose value differs between the checkpoint and the trainer and
@@ -129,20 +180,26 @@ void expect_resumable(const fs::path& dir, const nlohmann::json& saved, const Tr
                 fmt::join(allows, " "));
 }
 
+// A checkpoint written before the data's checksum was recorded has its token count only.
+bool same_value(const std::string& key, const nlohmann::json& saved, const nlohmann::json& now) {
+  if (key == "data.dir" && saved.is_number() && now.is_object()) return saved == now.at("tokens");
+  return saved == now;
+}
+
 }  // namespace
 
 std::vector<ResumeChange> resume_changes(const nlohmann::json& saved, const nlohmann::json& now,
                                          const std::vector<std::string>& allowed) {
   std::vector<ResumeChange> changes;
   for (const auto& [key, value] : now.items()) {
-    if (!saved.contains(key) || saved.at(key) == value) continue;
+    if (!saved.contains(key) || same_value(key, saved.at(key), value)) continue;
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     changes.push_back({.key = key,
                        .saved = describe_key(key, saved.at(key)),
                        .now = describe_key(key, value),
                        .keep = key == "data.dir"
                                    ? std::string()
-                                   : fmt::format("--set {}={}", key, saved.at(key).dump())});
+                                   : fmt::format("--set {}={}", key, value_text(saved.at(key)))});
   }
   return changes;
 }

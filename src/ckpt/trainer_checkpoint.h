@@ -38,18 +38,26 @@ std::filesystem::path save_trainer_checkpoint(const CheckpointTarget& target, Tr
                                               Communicator* world,
                                               const CommitOptions& options = {});
 
+// The training file as a resume compares it: its token count and TokenFile::content_checksum.
+struct TrainingFileIdentity {
+  int64_t tokens = 0;
+  uint32_t checksum = 0;
+};
 // The config keys a resume must keep, with this trainer's values: everything that changes the
-// math of the steps still to come (batch and sequence, data stream, seed, LR schedule,
-// optimizer, precision). The layout is not among them: any layout resumes any other.
+// math of the steps still to come (the model, batch and sequence, the training data by its
+// contents, the tokenizer, sampling, seed, LR schedule, optimizer, precision). Every key of
+// train_config_keys() is either one of these or in resume_free_keys() (a test walks them).
 nlohmann::json resume_keys(const Trainer& trainer);
-// The same of a config whose batch is resolved; data.dir (the training file's token count) only
-// when `train_tokens` is given.
-nlohmann::json resume_keys(const TrainConfig& config, std::optional<int64_t> train_tokens);
+// The same of a config whose batch is resolved; data.dir only when `data` is given.
+nlohmann::json resume_keys(const TrainConfig& config, std::optional<TrainingFileIdentity> data);
+// The config keys a resume may change, because they change how the steps run or what the run
+// reports, not what the steps compute: the layout, threads, liveness, output, eval, sampling.
+const std::vector<std::string>& resume_free_keys();
 
 // A key whose saved value a resume would change.
 struct ResumeChange {
   std::string key;
-  std::string saved, now;  // the values, described ("a train.bin of N tokens" for data.dir)
+  std::string saved, now;  // the values, described (data.dir: tokens and checksum)
   std::string keep;        // the flag that keeps the saved value ("--set key=value"); "" for data
 };
 // The keys of `now` whose values differ from `saved` (a checkpoint's recorded resume_keys; keys

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace lattice {
@@ -105,6 +106,20 @@ int64_t TokenFile::find_token_at_least(int64_t limit) const {
     if (tokens_[i] >= limit) return i;
   }
   return -1;
+}
+
+uint32_t TokenFile::content_checksum() const {
+  const std::span<const std::byte> bytes = std::as_bytes(tokens());
+  if (bytes.size() <= kWholeChecksumBytes) return crc32c(bytes);
+  const size_t block = kWholeChecksumBytes / kChecksumBlocks;
+  const size_t stride = (bytes.size() - block) / (kChecksumBlocks - 1);
+  uint32_t crc = 0;
+  for (size_t i = 0; i < kChecksumBlocks; ++i) {
+    // The last block ends at the last byte.
+    const size_t begin = i + 1 == kChecksumBlocks ? bytes.size() - block : i * stride;
+    crc = crc32c_extend(crc, bytes.subspan(begin, block));
+  }
+  return crc;
 }
 
 }  // namespace lattice

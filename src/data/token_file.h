@@ -41,6 +41,12 @@ class TokenFile {
   std::span<const uint16_t> tokens() const { return {tokens_, size_t(count_)}; }
   // The position of the first token id >= `limit` (a vocabulary it does not fit), or -1.
   int64_t find_token_at_least(int64_t limit) const;
+  // The tokens' identity, for a resume to tell one training set from another of the same size:
+  // CRC32C of their bytes. Above kWholeChecksumBytes a sample instead, so a corpus of any size
+  // costs the same: kChecksumBlocks blocks spread evenly from the first token to the last.
+  uint32_t content_checksum() const;
+  static constexpr size_t kWholeChecksumBytes = size_t(64) << 20;
+  static constexpr size_t kChecksumBlocks = 1024;  // of kWholeChecksumBytes / kChecksumBlocks
 
  private:
   std::filesystem::path path_;

@@ -536,17 +536,19 @@ CheckResult check_batch(const DoctorInput& in) {
     set_from_error(r, e.what());
     return r;
   }
-  std::optional<int64_t> tokens;
+  std::optional<TrainingFileIdentity> data;
   std::error_code ec;
   if (fs::exists(fs::path(c.data_dir) / "train.bin", ec)) {
-    tokens = TokenFile(fs::path(c.data_dir) / "train.bin").size();
+    const TokenFile train(fs::path(c.data_dir) / "train.bin");
+    data = TrainingFileIdentity{.tokens = train.size(), .checksum = train.content_checksum()};
   }
   TrainConfig as_trained = c;  // the Trainer keeps decay_steps as given (0: train.steps)
   as_trained.decay_steps = in.config.decay_steps;
-  const std::vector<ResumeChange> changes = resume_changes(saved, resume_keys(as_trained, tokens));
+  const std::vector<ResumeChange> changes = resume_changes(saved, resume_keys(as_trained, data));
   if (changes.empty()) {
-    r.saw += fmt::format("; {} was trained with the same batch, sequence, data and LR schedule",
-                         dir.string());
+    r.saw += fmt::format(
+        "; {} was trained with the same model, batch, sequence, data, optimizer and LR schedule",
+        dir.string());
     return r;
   }
   std::vector<std::string> lines, keeps;

@@ -14,7 +14,7 @@
 
 #include "ckpt/collective_async_saver.h"
 #include "ckpt/collective_save.h"
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "ckpt/manifest.h"
 #include "core/atomic_file.h"
 #include "core/error.h"

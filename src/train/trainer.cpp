@@ -161,6 +161,8 @@ Trainer::Trainer(TrainConfig config, Arena& arena, ParallelSetup parallel, Train
 
   train_loader_ =
       make_loader(std::move(data.train), config_, config_.data_mode, config_.global_batch);
+  // Once: every checkpoint and snapshot records it, and a sampled checksum reads 64 MiB.
+  train_checksum_ = train_loader_->file().content_checksum();
   if (data.val) {
     val_loader_ =
         make_loader(std::move(data.val), config_, SamplingMode::kSequential, config_.micro_batch);

@@ -168,6 +168,8 @@ class Trainer {
   // file's epoch) — also under another global batch, which then reads on from there.
   void restore_data_position(const DataPosition& saved);
   int64_t train_tokens() const;  // the training file's token count
+  // Its TokenFile::content_checksum, computed once at construction.
+  uint32_t train_checksum() const { return train_checksum_; }
   // Model FLOPs per trained token (core/model_flops.h: PaLM appendix B, as bench and plan).
   double flops_per_token() const;
 
@@ -178,6 +180,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
+  uint32_t train_checksum_ = 0;
   ParallelSetup parallel_;
   int dp_size_ = 1, dp_rank_ = 0;
   int cp_size_ = 1, cp_rank_ = 0;

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/philox.h"
 #include "support/scratch_dir.h"
 

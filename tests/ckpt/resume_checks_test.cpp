@@ -9,6 +9,7 @@
 #include "../train/test_corpus.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/trainer_checkpoint.h"
+#include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace lattice {
@@ -87,6 +88,11 @@ TEST_F(ResumeChecks, EveryKeyThatChangesTheMathIsRefusedNamingBothValues) {
       {"optim.lr", [](TrainConfig& c) { c.lr = c.adam.lr = 1e-3f; }, "saved 0.003", "now 0.001"},
       {"train.precision", [](TrainConfig& c) { c.compute_dtype = DType::kBF16; }, "saved \"fp32\"",
        "\"bf16\""},
+      {"model.norm_eps", [](TrainConfig& c) { c.model.norm_eps = 1e-6f; }, "saved 1e-05",
+       "now 1e-06"},
+      {"model.n_head", [](TrainConfig& c) { c.model.n_head = c.model.n_kv_head = 2; }, "saved 4",
+       "now 2"},
+      {"optim.beta2", [](TrainConfig& c) { c.adam.beta2 = 0.99f; }, "saved 0.95", "now 0.99"},
   };
   for (const Change& change : changes) {
     TrainConfig config = config_for(*data_);
@@ -102,6 +108,65 @@ TEST_F(ResumeChecks, EveryKeyThatChangesTheMathIsRefusedNamingBothValues) {
   config.log_interval = 5;
   config.eval_interval = 3;
   EXPECT_EQ(resume_error(config), "");
+}
+
+// The guard of the list: a new config key must be either compared by a resume or named free
+// (with its reason, in trainer_checkpoint.cpp), never both, never neither.
+TEST(ResumeKeys, EveryConfigKeyIsComparedOrFreeAndNeverBoth) {
+  TrainConfig config;
+  config.model = model_preset("mixtral-tiny");  // a sparse model: its expert keys too
+  const nlohmann::json compared =
+      resume_keys(config, TrainingFileIdentity{.tokens = 1, .checksum = 2});
+  const std::vector<std::string>& free = resume_free_keys();
+  const std::vector<std::string> keys = train_config_keys();
+  for (const std::string& key : keys) {
+    const bool is_free = std::find(free.begin(), free.end(), key) != free.end();
+    EXPECT_NE(compared.contains(key), is_free) << key << (is_free ? ": both" : ": neither");
+  }
+  for (const auto& item : compared.items()) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), item.key()), keys.end()) << item.key();
+  }
+  for (const std::string& key : free) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+  }
+  EXPECT_TRUE(compared.contains("model.experts_per_token"));
+  EXPECT_TRUE(compared.contains("model.capacity_factor"));
+}
+
+// The data is identified by its tokens: a file of the same size with one token changed is
+// refused, naming both checksums; the same tokens under another directory resume.
+TEST_F(ResumeChecks, TheDataIsComparedByItsContentsNotByItsPathOrSize) {
+  const TokenFile original(*data_ / "train.bin");
+  std::vector<int32_t> tokens(original.tokens().begin(), original.tokens().end());
+  const fs::path copy = testing::scratch_dir("resume_checks_copy_" + std::to_string(::getpid()));
+  fs::copy_file(*data_ / "val.bin", copy / "val.bin");
+  write_token_file(copy / "train.bin", tokens);
+  TrainConfig config = config_for(*data_);
+  config.data_dir = copy.string();
+  EXPECT_EQ(resume_error(config), "");
+
+  tokens[tokens.size() / 2] = tokens[tokens.size() / 2] == 'a' ? 'b' : 'a';
+  write_token_file(copy / "train.bin", tokens);
+  const std::string error = resume_error(config);
+  const std::string saved = fmt::format("{:08x}", original.content_checksum());
+  EXPECT_NE(error.find(fmt::format("data.dir: saved a train.bin of {} tokens with CRC32C {}",
+                                   tokens.size(), saved)),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--resume-allow-change data.dir"), std::string::npos) << error;
+  EXPECT_EQ(resume_error(config, {.allow_changes = {"data.dir"}}), "");
+  fs::remove_all(copy);
+}
+
+// A checkpoint written before the checksum was recorded has the token count only: that is
+// what is compared.
+TEST(ResumeKeys, AnOlderCheckpointsTokenCountIsStillCompared) {
+  const nlohmann::json now = {{"data.dir", {{"tokens", 100}, {"crc32c", "0000abcd"}}}};
+  EXPECT_TRUE(resume_changes({{"data.dir", 100}}, now).empty());
+  const std::vector<ResumeChange> changes = resume_changes({{"data.dir", 99}}, now);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].saved, "a train.bin of 99 tokens");
+  EXPECT_EQ(changes[0].now, "a train.bin of 100 tokens with CRC32C 0000abcd");
 }
 
 TEST_F(ResumeChecks, AnAllowedBatchChangeReadsOnFromTheSavedSequence) {

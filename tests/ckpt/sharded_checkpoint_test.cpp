@@ -62,7 +62,6 @@ std::vector<OwnedShard> owned_by(int rank, const Globals& g) {
 Manifest header(int64_t step) {
   Manifest m;
   m.step = step;
-  m.config_hash = "0000abcd";
   m.layout = {2, 2, 1, 1, 1};
   m.state = {{"note", "test"}};
   return m;

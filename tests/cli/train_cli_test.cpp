@@ -2,6 +2,7 @@
 // resume checks, the collective tuner under a slow link.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -308,6 +309,71 @@ TEST_F(TrainCli, ResumeRefusesAChangedGlobalBatchUnlessAllowed) {
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
   EXPECT_EQ(losses(*data_ / "allowed.jsonl").size(), 2u);  // steps 3 and 4
+}
+
+// Every change of the math is refused through the command (issue: "resume still accepts
+// changes of the math"): a sparse model's routing, capacity, auxiliary loss and norm epsilon,
+// and training data of the same size with one token changed; each names the key and both values
+// and is accepted with --resume-allow-change KEY. The same tokens under another directory, and
+// the output, log and sampling keys, resume freely.
+TEST_F(TrainCli, ResumeRefusesEveryChangeOfTheMathNamingTheKeyAndBothValues) {
+  const auto out = *data_ / "resume_math_run";
+  std::filesystem::remove_all(out);
+  const std::vector<std::string> moe = {"--set", "model.preset=\"mixtral-tiny\""};
+  std::vector<std::string> save = moe;
+  save.insert(save.end(),
+              {"--set", "output.dir=" + out.string(), "--set", "output.checkpoint_every=2"});
+  const CliResult first = run_cli(train(*data_ / "math_first.jsonl", save), kLimitS);
+  ASSERT_EQ(first.exit_code, 0) << first.all();
+  const std::string checkpoint = (out / "checkpoints" / "step_2").string();
+  const auto resume = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = moe;
+    args.insert(args.end(), {"--resume", checkpoint});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(train(*data_ / "math_resumed.jsonl", args), kLimitS);
+  };
+  struct Change {
+    std::string key, value, expected;
+  };
+  for (const Change& change : std::vector<Change>{
+           {"model.experts_per_token", "1", "model.experts_per_token: saved 2, now 1"},
+           {"model.capacity_factor", "1.25", "model.capacity_factor: saved 0, now 1.25"},
+           {"model.moe_aux_loss", "0.02", "model.moe_aux_loss: saved 0.01, now 0.02"},
+           {"model.norm_eps", "1e-6", "model.norm_eps: saved 1e-05, now 1e-06"}}) {
+    const CliResult refused = resume({"--set", change.key + "=" + change.value});
+    EXPECT_EQ(refused.exit_code, 3) << refused.all();
+    EXPECT_NE(refused.err.find(change.expected), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("--resume-allow-change " + change.key), std::string::npos)
+        << refused.err;
+    EXPECT_EQ(refused.out.find("resumed from"), std::string::npos) << refused.out;
+  }
+  const CliResult allowed = resume(
+      {"--set", "model.experts_per_token=1", "--resume-allow-change", "model.experts_per_token"});
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.all();
+  EXPECT_NE(allowed.out.find("at step 2"), std::string::npos) << allowed.out;
+
+  // The data: the same tokens elsewhere resume; one token changed (same size) does not.
+  const auto copy = *data_ / "resume_math_data";
+  std::filesystem::create_directories(copy);
+  std::filesystem::copy_file(*data_ / "val.bin", copy / "val.bin",
+                             std::filesystem::copy_options::overwrite_existing);
+  const TokenFile original(*data_ / "train.bin");
+  std::vector<int32_t> tokens(original.tokens().begin(), original.tokens().end());
+  write_token_file(copy / "train.bin", tokens);
+  const CliResult moved =
+      resume({"--set", "data.dir=" + copy.string(), "--set", "output.keep_last=5", "--set",
+              "train.log_interval=2", "--set", "sample.tokens=3"});
+  EXPECT_EQ(moved.exit_code, 0) << moved.all();
+  tokens[tokens.size() / 2] = tokens[tokens.size() / 2] == 'a' ? 'b' : 'a';
+  write_token_file(copy / "train.bin", tokens);
+  const CliResult changed = resume({"--set", "data.dir=" + copy.string()});
+  EXPECT_EQ(changed.exit_code, 3) << changed.all();
+  EXPECT_NE(
+      changed.err.find(fmt::format("data.dir: saved a train.bin of {} tokens with CRC32C {:08x}",
+                                   tokens.size(), original.content_checksum())),
+      std::string::npos)
+      << changed.err;
+  EXPECT_NE(changed.err.find("--resume-allow-change data.dir"), std::string::npos) << changed.err;
 }
 
 // The tuner on the user path: with the link 0 -> 1 of four in-process ranks 20 ms slow, the

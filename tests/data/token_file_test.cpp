@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "support/scratch_dir.h"
 
@@ -128,6 +129,27 @@ TEST_F(TokenFileTest, NegativeCountIsReported) {
 
 TEST_F(TokenFileTest, MissingFileIsReported) {
   EXPECT_THROW(TokenFile(dir_ / "nope.bin"), IoError);
+}
+
+// The identity a resume compares: the CRC32C of every token up to 64 MiB; above, a sample
+// that still sees a change in its blocks (the first and the last token among them) and costs
+// the same whatever the size.
+TEST(TokenFileChecksum, IsTheTokensCrcUpTo64MibAndASampleThatSeesTheEndsAbove) {
+  const std::vector<uint16_t> small = {1, 2, 3, 65535};
+  EXPECT_EQ(TokenFile(small, "small").content_checksum(),
+            crc32c(std::as_bytes(std::span<const uint16_t>(small))));
+
+  const size_t count = TokenFile::kWholeChecksumBytes / sizeof(uint16_t) * 3 / 2;
+  std::vector<uint16_t> big(count);
+  for (size_t i = 0; i < count; ++i) big[i] = uint16_t(i * 2654435761u >> 16);
+  const uint32_t base = TokenFile(big, "big").content_checksum();
+  EXPECT_EQ(TokenFile(big, "copy").content_checksum(), base);
+  EXPECT_NE(base, crc32c(std::as_bytes(std::span<const uint16_t>(big))));  // sampled
+  for (const size_t at : {size_t(0), count - 1}) {
+    std::vector<uint16_t> changed = big;
+    changed[at] ^= 1;
+    EXPECT_NE(TokenFile(changed, "changed").content_checksum(), base) << at;
+  }
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
 #include "core/arena.h"
@@ -79,7 +79,6 @@ void token_file_seeds(const fs::path& dir) {
 void manifest_seeds(const fs::path& dir) {
   Manifest m;
   m.step = 1200;
-  m.config_hash = "9a1c03f2";
   m.layout = {.dp = 2, .tp = 2, .pp = 1, .v = 1, .zero = 1};
   m.state = {{"lr", 0.001}, {"data", {{"position", 4096}}}};
   m.files = {{"rank_00000.safetensors", 4096, 1234}, {"rank_00001.safetensors", 4096, 5678}};

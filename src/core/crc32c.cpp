@@ -1,4 +1,4 @@
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 
 #include <algorithm>
 #include <array>

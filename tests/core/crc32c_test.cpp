@@ -1,6 +1,6 @@
 // CRC32C against the published check values (RFC 3720 B.4 and the CRC catalogue) and against a
 // bit-at-a-time reference on every split of a buffer.
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 
 #include <gtest/gtest.h>
 

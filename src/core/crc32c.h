@@ -1,5 +1,6 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the checksum of iSCSI, ext4
-// and Google's storage formats, over checkpoint files and the manifest. Standard parameters:
+// and Google's storage formats, over checkpoint files, the manifest and
+// the training data (a resume's identity of the token file). Standard parameters:
 // initial value and final xor 0xFFFFFFFF, so crc32c("123456789") == 0xE3069283.
 #pragma once
 
