@@ -187,6 +187,7 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
     outcome.error = capture_error([&] {
       fs::create_directories(staging);
       if (options_.before_write) options_.before_write(world_.rank());
+      report_nested_phase(options_.write_phase);
       const fs::path reuse =
           options_.recycle_pruned ? root_.recycled_file(rank_file_name(world_.rank())) : fs::path();
       outcome.result =
@@ -220,6 +221,7 @@ void CollectiveAsyncSaver::save(Manifest manifest, const std::vector<OwnedShard>
     WriteOutcome outcome;
     outcome.error = capture_error([&] {
       if (options_.before_write) options_.before_write(rank);
+      report_nested_phase(options_.write_phase);  // on the writer thread, inside the write
       outcome.result =
           rank_write_result_to_json(write_rank_shards(staging, rank, snapshot_.shards())).dump();
       if (options_.record_writes) record_write(staging, rank, header, outcome.result);

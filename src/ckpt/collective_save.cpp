@@ -89,6 +89,7 @@ fs::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manife
   std::string result;
   error = capture_error([&] {
     if (options.before_write) options.before_write(world.rank());
+    report_nested_phase(options.write_phase);
     result = rank_write_result_to_json(write_rank_shards(staging, world.rank(), shards)).dump();
   });
   try {

@@ -358,6 +358,7 @@ fs::path save_sharded_checkpoint(const CheckpointTarget& target, Manifest manife
   const fs::path staging = target.prepare_staging(manifest.step);
   call_hook(options, CommitStage::kStagingCreated);
   if (options.before_write) options.before_write(0);
+  report_nested_phase(options.write_phase);
   std::vector<RankWriteResult> results{write_rank_shards(staging, 0, shards)};
   call_hook(options, CommitStage::kShardsWritten);
   return target.commit(std::move(manifest), results, options);

@@ -26,6 +26,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/shard_box.h"
 #include "core/arena.h"
+#include "core/rank_progress.h"
 #include "core/tensor.h"
 
 namespace lattice {
@@ -94,6 +95,10 @@ struct CommitOptions {
   // on the thread that writes it; a throw is that rank's write failing (a full disk).
   std::function<void(int rank)> before_write = {};
   std::function<void(CommitStage)> hook = {};  // tests only: called as each stage is reached
+  // The phase each rank's shard write reports (report_nested_phase), once the staging directory
+  // exists and before its file is written: a fault injected there (kill@checkpoint) leaves the
+  // save half written, never committed. Elastic snapshots over several nodes: kSnapshot.
+  Phase write_phase = Phase::kCheckpoint;
   // Called by the committing rank just before the rename that makes a checkpoint visible; a
   // throw refuses the commit (an elastic rank whose generation was replaced: docs/elastic.md).
   std::function<void()> fence = {};

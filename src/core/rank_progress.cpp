@@ -47,6 +47,10 @@ void report_progress() {
   if (ProgressSink* sink = g_sink.load(std::memory_order_acquire)) sink->on_progress();
 }
 
+void report_nested_phase(Phase phase) {
+  if (ProgressSink* sink = g_sink.load(std::memory_order_acquire)) sink->on_nested_phase(phase);
+}
+
 CollectiveReport::CollectiveReport(std::string_view group, uint64_t seq)
     : sink_(g_sink.load(std::memory_order_acquire)) {
   if (sink_ != nullptr) sink_->on_collective(group, seq);

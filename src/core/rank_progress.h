@@ -40,6 +40,8 @@ class ProgressSink {
   // Work done inside the current phase (a layer, the head's GEMM, a micro-batch): the phase
   // goes on, and the rank is not stuck.
   virtual void on_progress() = 0;
+  // Work of `phase` beside the phase the rank reports (report_nested_phase).
+  virtual void on_nested_phase(Phase phase) = 0;
   // Entered collective call `seq` of group `group` (the communicator's name), and left it.
   // Called from whichever thread runs the collective (the training or the gradient comm thread).
   virtual void on_collective(std::string_view group, uint64_t seq) = 0;
@@ -55,6 +57,11 @@ void report_phase(Phase phase);
 // A step forward inside a long phase (ProgressSink::on_progress): model layers and
 // micro-batches report one each, so that the agent's stuck verdict does not grow with the model.
 void report_progress();
+// Work of `phase` that leaves the reported phase as it is: on a thread beside the training
+// thread (an asynchronous checkpoint's writer), or inside a phase the agent must keep seeing
+// (the final checkpoint inside kFinishing, which no progress timeout applies to). Only the
+// faults injected at `phase` fire; the phase and progress the agent judges do not change.
+void report_nested_phase(Phase phase);
 // A collective from entry to exit (Communicator::execute).
 class CollectiveReport {
  public:

@@ -197,6 +197,10 @@ void RankStatusReporter::on_progress() {
   (*map_)->progress_ns.store(now, std::memory_order_release);
 }
 
+void RankStatusReporter::on_nested_phase(Phase phase) {
+  if (faults_ != nullptr) faults_->at(phase, step_.load(std::memory_order_relaxed));
+}
+
 void RankStatusReporter::on_collective(std::string_view group, uint64_t seq) {
   const bool training =
       training_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();

@@ -102,6 +102,7 @@ class RankStatusReporter : public ProgressSink {
   void on_step(int64_t step) override;
   void on_phase(Phase phase) override;
   void on_progress() override;
+  void on_nested_phase(Phase phase) override;  // fires the faults only
   // On the training thread (the one that reports steps) the phase is kCollective until the
   // collective ends: the agent tells a rank that waits for a peer from the peer it waits for.
   void on_collective(std::string_view group, uint64_t seq) override;

@@ -94,6 +94,7 @@ std::optional<TrainerCheckpointer> memory_snapshots(Trainer& trainer, const Rank
     return snapshots;
   }
   options.commit.record_writes = true;
+  options.commit.write_phase = Phase::kSnapshot;
   // Written before the next step starts: a fault anywhere in it restores this step.
   options.commit.write_at_save = true;
   // The pruned snapshots' pages in shared memory are written over, not freed and allocated anew.

@@ -269,6 +269,45 @@ TEST_F(ElasticLaunch, AnExpertParallelRunRecoversBitwiseAndRefitsEpWhenItShrinks
   expect_loss_near(shrunk, full);
 }
 
+// The fault matrix's checkpoint rows: rank 1 killed inside its write of the first periodic
+// checkpoint (step 2), synchronous or asynchronous (the write on its own thread). The kill
+// fires once step_2.tmp exists and before rank 1's shard is in it, so the save is half written
+// and never committed: no step_2, its staging directory without rank 1's file or a manifest.
+// The job comes back from the in-memory snapshot, writes the later checkpoints, ends bitwise as
+// the uninterrupted run, and a later --resume auto continues from the newest committed step.
+class ElasticCheckpointFault : public ElasticLaunch, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ElasticCheckpointFault, AKillWhileWritingACheckpointLeavesItUncommittedAndTheRunRecovers) {
+  const bool async = GetParam();
+  const auto dir = out_dir(async ? "kill_async_checkpoint" : "kill_checkpoint");
+  std::vector<std::string> periodic = {"--set", "output.checkpoint_every=2"};
+  if (async) periodic.push_back("--ckpt-async");
+  const CliResult r =
+      run_cli(launch(2, dir, periodic), kLimitS, {"LATTICE_FAULT=kill@checkpoint:1:*"});
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_NE(r.err.find("rank 1 failed in generation 0 at step 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+  EXPECT_EQ(restored_step(r.out), 2) << r.out;
+  const std::filesystem::path checkpoints = dir / "checkpoints";
+  EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_2")) << "a half-written save committed";
+  const std::filesystem::path torn = checkpoints / "step_2.tmp";
+  EXPECT_TRUE(std::filesystem::is_directory(torn)) << "the kill came before the write began";
+  EXPECT_FALSE(std::filesystem::exists(torn / "rank_00001.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(torn / "manifest.json"));
+  for (const int step : {4, 6, 8}) {
+    EXPECT_TRUE(std::filesystem::exists(checkpoints / ("step_" + std::to_string(step)))) << step;
+  }
+  expect_final_equals_baseline(dir, 2);
+
+  const CliResult resumed = run_cli(launch(2, dir, {"--resume", "auto"}), kLimitS);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.all();
+  EXPECT_NE(resumed.out.find("at step 8"), std::string::npos) << resumed.out;
+  expect_final_equals_baseline(dir, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Writes, ElasticCheckpointFault, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "async" : "sync"; });
+
 TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
   const auto dir = out_dir("kill_recovery");
   // Rank 1 dies at step 5; in the next generation rank 0 dies while restoring.
