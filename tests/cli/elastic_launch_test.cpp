@@ -2,6 +2,7 @@
 // within a bound, the job comes back from the in-memory snapshot, and the final state is
 // bitwise the uninterrupted run's (docs/elastic.md).
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -269,31 +270,47 @@ TEST_F(ElasticLaunch, AnExpertParallelRunRecoversBitwiseAndRefitsEpWhenItShrinks
   expect_loss_near(shrunk, full);
 }
 
-// The fault matrix's checkpoint rows: rank 1 killed inside its write of the first periodic
-// checkpoint (step 2), synchronous or asynchronous (the write on its own thread). The kill
-// fires once step_2.tmp exists and before rank 1's shard is in it (the agent reports step 1: the
-// step counter moves when step 3 begins), so the save is half written and never committed.
-// The job comes back from the in-memory snapshot, writes the later checkpoints, ends bitwise as
-// the uninterrupted run, and a later --resume auto continues from the newest committed step.
-class ElasticCheckpointFault : public ElasticLaunch, public ::testing::WithParamInterface<bool> {};
+// The fault matrix's checkpoint rows: rank 1 killed inside its write of a checkpoint — the
+// first periodic one (step 2), synchronous or asynchronous (the write on its own thread), or the
+// final one. The kill fires once step_N.tmp exists and before rank 1's shard is in it (the
+// agent reports the step counter, 1, during step 2's save), so that save is half written and
+// never committed. The job comes back from the in-memory snapshot, writes the later
+// checkpoints, ends bitwise as the uninterrupted run, and a later --resume auto continues from
+// the newest committed step.
+class ElasticCheckpointFault : public ElasticLaunch,
+                               public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(ElasticCheckpointFault, AKillWhileWritingACheckpointLeavesItUncommittedAndTheRunRecovers) {
-  const bool async = GetParam();
-  const auto dir = out_dir(async ? "kill_async_checkpoint" : "kill_checkpoint");
-  std::vector<std::string> periodic = {"--set", "output.checkpoint_every=2"};
-  if (async) periodic.push_back("--ckpt-async");
+  const std::string write = GetParam();
+  const auto dir = out_dir("kill_" + write + "_checkpoint");
+  std::vector<std::string> extra;
+  if (write != "final") extra = {"--set", "output.checkpoint_every=2"};
+  if (write == "async") extra.push_back("--ckpt-async");
   const CliResult r =
-      run_cli(launch(2, dir, periodic), kLimitS, {"LATTICE_FAULT=kill@checkpoint:1:*"});
+      run_cli(launch(2, dir, extra), kLimitS, {"LATTICE_FAULT=kill@checkpoint:1:*"});
   ASSERT_EQ(r.exit_code, 0) << r.all();
-  EXPECT_NE(r.err.find("rank 1 failed in generation 0 at step 1"), std::string::npos) << r.err;
+  // The step counter while the save is written: 1 during step 2's (the next step has not begun),
+  // 9 during the final one; an asynchronous write may still run when step 3 has begun (2).
+  const std::string step = write == "final" ? "9" : write == "async" ? "[12]" : "1";
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("rank 1: injected fault kill@checkpoint:1:\\* fires at step " + step)))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("rank 1 failed in generation 0 at step " + step)))
+      << r.err;
   EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
-  EXPECT_EQ(restored_step(r.out), 2) << r.out;
   const std::filesystem::path checkpoints = dir / "checkpoints";
-  EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_2")) << "a half-written save committed";
-  for (const int step : {4, 6, 8}) {
-    EXPECT_TRUE(std::filesystem::exists(checkpoints / ("step_" + std::to_string(step)))) << step;
+  if (write == "final") {
+    EXPECT_EQ(restored_step(r.out), 10) << r.out;  // the last step, then the final save again
+  } else {
+    EXPECT_EQ(restored_step(r.out), 2) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_2")) << "a half-written save";
+    for (const int later : {4, 6, 8}) {
+      EXPECT_TRUE(std::filesystem::exists(checkpoints / ("step_" + std::to_string(later))))
+          << later;
+    }
   }
   expect_final_equals_baseline(dir, 2);
+  if (write == "final") return;
 
   const CliResult resumed = run_cli(launch(2, dir, {"--resume", "auto"}), kLimitS);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.all();
@@ -301,8 +318,9 @@ TEST_P(ElasticCheckpointFault, AKillWhileWritingACheckpointLeavesItUncommittedAn
   expect_final_equals_baseline(dir, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Writes, ElasticCheckpointFault, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "async" : "sync"; });
+INSTANTIATE_TEST_SUITE_P(Writes, ElasticCheckpointFault,
+                         ::testing::Values("sync", "async", "final"),
+                         [](const auto& info) { return info.param; });
 
 TEST_F(ElasticLaunch, AKillDuringRecoveryIsRecoveredFromToo) {
   const auto dir = out_dir("kill_recovery");
