@@ -12,6 +12,7 @@
 #include "ckpt/model_config_json.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
+#include "core/json_field.h"
 
 namespace lattice {
 
@@ -36,58 +37,64 @@ std::string canonical_name(const std::string& name, const ModelConfig& config) {
 // Features of Hugging Face's Llama and Mixtral that Lattice's blocks lack: a ConfigError naming
 // the key and the fix, for a config.json (`origin`) whose model would compute another function.
 // `seq_len` is the longest context the model attends over.
-void refuse_missing_features(const nlohmann::json& j, const std::string& origin, int64_t seq_len) {
-  const std::string type = j.value("model_type", std::string());
+constexpr const char* kHfConfigHint =
+    "pass a Hugging Face config.json as the hub writes it (download the model's config.json "
+    "again)";
+
+void refuse_missing_features(const nlohmann::json& document, const std::string& origin,
+                             int64_t seq_len) {
+  const JsonField j(document, origin, kHfConfigHint);
+  const std::string type = j.string_or("model_type", "");
   if (type != "llama" && type != "mixtral") return;
   auto refuse = [&](std::string_view key, const nlohmann::json& value, std::string_view lack,
                     std::string_view fix) {
     LATTICE_THROW(ConfigError, "{}: \"{}\": {}: {} ---> HINT: {}", origin, key, value.dump(), lack,
                   fix);
   };
-  if (const auto w = j.find("sliding_window"); w != j.end() && !w->is_null()) {
-    if (!w->is_number_integer()) {
-      refuse("sliding_window", *w, "not a number of tokens", "write an integer or null");
-    }
-    if (w->get<int64_t>() < seq_len) {
+  if (const std::optional<JsonField> w = j.find("sliding_window"); w && !w->is_null()) {
+    const int64_t window = w->integer();
+    if (window < seq_len) {
       refuse(
-          "sliding_window", *w,
+          "sliding_window", w->raw(),
           fmt::format("Lattice attends over the whole context ({} tokens), not a window", seq_len),
           fmt::format("set model.seq_len (and batch.seq_len) to at most {} so the window "
                       "covers every context, or write \"sliding_window\": null if the model "
                       "was trained without one",
-                      w->get<int64_t>()));
+                      window));
     }
   }
   if (type == "mixtral") {
     for (const char* key : {"attention_bias", "mlp_bias"}) {
-      if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) {
-        refuse(key, j[key], "Mixtral's attention and experts have no biases in Lattice",
+      if (j.boolean_or(key, false)) {
+        refuse(key, j[key].raw(), "Mixtral's attention and experts have no biases in Lattice",
                fmt::format("write \"{}\": false (only for weights without bias tensors)", key));
       }
     }
-    if (const auto jitter = j.find("router_jitter_noise");
-        jitter != j.end() && jitter->is_number() && jitter->get<double>() != 0.0) {
-      refuse("router_jitter_noise", *jitter, "Lattice's router adds no noise to its inputs",
-             "write \"router_jitter_noise\": 0.0");
+    if (j.number_or("router_jitter_noise", 0.0) != 0.0) {
+      refuse("router_jitter_noise", j["router_jitter_noise"].raw(),
+             "Lattice's router adds no noise to its inputs", "write \"router_jitter_noise\": 0.0");
     }
-  } else if (j.value("attention_bias", false) != j.value("mlp_bias", false)) {
-    refuse("mlp_bias", nlohmann::json(j.value("mlp_bias", false)),
+  } else if (j.boolean_or("attention_bias", false) != j.boolean_or("mlp_bias", false)) {
+    refuse("mlp_bias", nlohmann::json(j.boolean_or("mlp_bias", false)),
            "Lattice has one bias switch for attention and MLP",
            "use weights with both or neither (model.bias)");
   }
-  if (const auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
-    refuse("hidden_act", *act, "Lattice's SwiGLU gates with silu",
+  if (const std::optional<JsonField> act = j.find("hidden_act"); act && act->string() != "silu") {
+    refuse("hidden_act", act->raw(), "Lattice's SwiGLU gates with silu",
            "use a model whose hidden_act is \"silu\"");
   }
-  if (const auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
-    refuse("rope_scaling", *scaling, "Lattice's rotary positions have no scaling",
+  if (const std::optional<JsonField> scaling = j.find("rope_scaling");
+      scaling && !scaling->is_null()) {
+    refuse("rope_scaling", scaling->raw(), "Lattice's rotary positions have no scaling",
            "write \"rope_scaling\": null (only for a model trained without it)");
   }
-  if (const auto head_dim = j.find("head_dim"); head_dim != j.end() && !head_dim->is_null()) {
-    const int64_t heads = j.value("num_attention_heads", int64_t{0});
-    const int64_t width = j.value("hidden_size", int64_t{0});
-    if (heads <= 0 || *head_dim != width / heads) {
-      refuse("head_dim", *head_dim, "Lattice's heads are hidden_size / num_attention_heads wide",
+  if (const std::optional<JsonField> head_dim = j.find("head_dim");
+      head_dim && !head_dim->is_null()) {
+    const int64_t heads = j.integer_or("num_attention_heads", 0);
+    const int64_t width = j.integer_or("hidden_size", 0);
+    if (heads <= 0 || head_dim->integer() != width / heads) {
+      refuse("head_dim", head_dim->raw(),
+             "Lattice's heads are hidden_size / num_attention_heads wide",
              "use a model whose head_dim is hidden_size / num_attention_heads");
     }
   }
@@ -177,29 +184,16 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
 
 namespace {
 
-ModelConfig config_from_hf_fields(const nlohmann::json& j, const std::string& origin) {
-  const std::string type = j.value("model_type", std::string());
-  auto required = [&](const char* key) -> int64_t {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
-      LATTICE_THROW(ConfigError,
-                    "{}: \"{}\" is missing or not an integer ---> HINT: a {} config.json names "
-                    "it; download the model's config.json again",
-                    origin, key, type);
-    }
-    return j[key].get<int64_t>();
-  };
-  // transformers' class defaults stand for an absent key, as from_pretrained reads it.
-  auto number = [&](const char* key, double fallback) {
-    return j.contains(key) && !j[key].is_null() ? j[key].get<double>() : fallback;
-  };
-  auto integer = [&](const char* key, int64_t fallback) {
-    return j.contains(key) && !j[key].is_null() ? j[key].get<int64_t>() : fallback;
-  };
+ModelConfig config_from_hf_fields(const nlohmann::json& document, const std::string& origin) {
+  const JsonField j(document, origin, kHfConfigHint);
+  const std::string type = j.string_or("model_type", "");
+  auto required = [&](const char* key) -> int64_t { return j[key].integer(); };
+  // transformers' class defaults stand for an absent (or null) key, as from_pretrained reads it.
+  auto number = [&](const char* key, double fallback) { return j.number_or(key, fallback); };
+  auto integer = [&](const char* key, int64_t fallback) { return j.integer_or(key, fallback); };
   ModelConfig c;
-  c.name = j.contains("_name_or_path") && j["_name_or_path"].is_string() &&
-                   !j["_name_or_path"].get<std::string>().empty()
-               ? j["_name_or_path"].get<std::string>()
-               : type;
+  c.name = j.string_or("_name_or_path", "");
+  if (c.name.empty()) c.name = type;
   c.vocab_size = required("vocab_size");
   c.init_std = float(number("initializer_range", 0.02));
   if (type == "gpt2") {
@@ -211,8 +205,8 @@ ModelConfig config_from_hf_fields(const nlohmann::json& j, const std::string& or
     c.d_ff = integer("n_inner", 4 * c.d_model);
     c.seq_len = integer("n_positions", 1024);
     c.norm_eps = float(number("layer_norm_epsilon", 1e-5));
-    c.tied_embeddings = j.value("tie_word_embeddings", true);
-    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    c.tied_embeddings = j.boolean_or("tie_word_embeddings", true);
+    const std::string act = j.string_or("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
       LATTICE_THROW(ConfigError,
                     "{}: \"activation_function\": \"{}\": Lattice's GPT-2 uses the tanh GELU "
@@ -232,13 +226,13 @@ ModelConfig config_from_hf_fields(const nlohmann::json& j, const std::string& or
   c.n_layer = required("num_hidden_layers");
   c.n_head = required("num_attention_heads");
   // MixtralConfig defaults an absent key to 8 and, as LlamaConfig, null to num_attention_heads.
-  const bool kv_absent = !j.contains("num_key_value_heads");
+  const bool kv_absent = !j.has("num_key_value_heads");
   c.n_kv_head = kv_absent && mixtral ? 8 : integer("num_key_value_heads", c.n_head);
   c.seq_len = integer("max_position_embeddings", mixtral ? 4096 * 32 : 2048);
   c.norm_eps = float(number("rms_norm_eps", mixtral ? 1e-5 : 1e-6));
   c.rope_theta = float(number("rope_theta", mixtral ? 1e6 : 1e4));
-  c.tied_embeddings = j.value("tie_word_embeddings", false);
-  c.bias = !mixtral && j.value("attention_bias", false);
+  c.tied_embeddings = j.boolean_or("tie_word_embeddings", false);
+  c.bias = !mixtral && j.boolean_or("attention_bias", false);
   if (mixtral) {
     c.n_experts = integer("num_local_experts", 8);
     c.experts_per_token = integer("num_experts_per_tok", 2);
@@ -252,7 +246,7 @@ ModelConfig config_from_hf_fields(const nlohmann::json& j, const std::string& or
                     origin, c.n_experts);
     }
   }
-  refuse_missing_features(j, origin, c.seq_len);
+  refuse_missing_features(document, origin, c.seq_len);
   c.validate();
   return c;
 }
@@ -274,14 +268,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& ori
                   "(MixtralForCausalLM)",
                   origin, j.contains("model_type") ? j["model_type"].dump() : "(missing)");
   }
-  try {
-    return config_from_hf_fields(j, origin);
-  } catch (const nlohmann::json::exception& e) {
-    LATTICE_THROW(ConfigError,
-                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
-                  "as the hub writes it",
-                  origin, e.what());
-  }
+  return config_from_hf_fields(j, origin);
 }
 
 ModelConfig read_hf_model_config(const fs::path& dir) {
@@ -446,14 +433,7 @@ void check_hf_config(const fs::path& dir, const ModelConfig& config) {
                   "damaged; download it again",
                   path.string());
   }
-  try {
-    refuse_missing_features(theirs, path.string(), config.seq_len);
-  } catch (const nlohmann::json::exception& e) {
-    LATTICE_THROW(ConfigError,
-                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
-                  "as the hub writes it",
-                  path.string(), e.what());
-  }
+  refuse_missing_features(theirs, path.string(), config.seq_len);
   const nlohmann::json ours = hf_config_json(config);
   std::vector<std::string> differ;
   for (const char* key :

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_field.h"
 
 namespace lattice {
 namespace {
@@ -131,35 +132,49 @@ CostProfile CostProfile::load(const std::string& path, std::optional<TransportKi
                   path, path);
   }
   CostProfile profile;
-  try {
-    nlohmann::json doc = nlohmann::json::parse(in);
-    if (expected) {
-      const auto measured = doc.at("transport").get<std::string>();
-      if (measured != transport_name(*expected)) {
-        LATTICE_THROW(ConfigError,
-                      "the comm profile '{}' was measured on the {} transport, this run uses {} "
-                      "---> HINT: calibrate on the run's transport (`lattice bench comm "
-                      "--transport {} --calibrate {}`), or leave parallel.comm_profile unset",
-                      path, measured, transport_name(*expected), transport_name(*expected), path);
-      }
+  const nlohmann::json document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) {
+    LATTICE_THROW(ConfigError,
+                  "the comm profile '{}' is not valid JSON ---> HINT: write it again with "
+                  "`lattice bench comm --calibrate {}`",
+                  path, path);
+  }
+  const JsonField doc(document, "comm profile '" + path + "'",
+                      "write it again with `lattice bench comm --calibrate " + path + "`");
+  if (expected) {
+    const std::string measured = doc["transport"].string();
+    if (measured != transport_name(*expected)) {
+      LATTICE_THROW(ConfigError,
+                    "the comm profile '{}' was measured on the {} transport, this run uses {} "
+                    "---> HINT: calibrate on the run's transport (`lattice bench comm "
+                    "--transport {} --calibrate {}`), or leave parallel.comm_profile unset",
+                    path, measured, transport_name(*expected), transport_name(*expected), path);
     }
-    for (const auto& m : doc.at("models")) {
-      auto name = m.at("collective").get<std::string>();
-      int c = 0;
-      while (c < kCollectiveCount && collective_name(Collective(c)) != name) ++c;
-      if (c == kCollectiveCount) LATTICE_THROW(ConfigError, "unknown collective '{}'", name);
-      CostModel model{m.at("alpha").get<double>(), m.at("beta").get<double>(), {}};
-      if (m.contains("samples")) {
-        model.samples = m.at("samples").get<std::vector<std::pair<double, double>>>();
-        std::sort(model.samples.begin(), model.samples.end());
-      }
-      profile.set(Collective(c), parse_algorithm(m.at("algorithm").get<std::string>()),
-                  m.at("group_size").get<int>(), model);
+  }
+  for (const JsonField& m : doc["models"].elements()) {
+    const std::string name = m["collective"].string();
+    int c = 0;
+    while (c < kCollectiveCount && collective_name(Collective(c)) != name) ++c;
+    if (c == kCollectiveCount) {
+      LATTICE_THROW(ConfigError, "comm profile '{}': unknown collective '{}' in '{}'", path, name,
+                    m.path());
     }
-  } catch (const nlohmann::json::exception& e) {
-    LATTICE_THROW(ConfigError, "malformed comm profile '{}': {}", path, e.what());
-  } catch (const ValueError& e) {
-    LATTICE_THROW(ConfigError, "malformed comm profile '{}': {}", path, e.what());
+    CostModel model{m["alpha"].number(), m["beta"].number(), {}};
+    if (const std::optional<JsonField> samples = m.find("samples")) {
+      for (const JsonField& sample : samples->elements()) {
+        const std::vector<JsonField> pair = sample.elements();
+        if (pair.size() != 2) sample.wrong_type("a pair [bytes, seconds]");
+        model.samples.emplace_back(pair[0].number(), pair[1].number());
+      }
+      std::sort(model.samples.begin(), model.samples.end());
+    }
+    Algorithm algorithm{};
+    try {
+      algorithm = parse_algorithm(m["algorithm"].string());
+    } catch (const ValueError& e) {
+      LATTICE_THROW(ConfigError, "comm profile '{}': {}", path, e.what());
+    }
+    profile.set(Collective(c), algorithm, int(m["group_size"].integer()), model);
   }
   return profile;
 }

@@ -6,63 +6,28 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_field.h"
 
 namespace lattice::plan {
 namespace {
 
 using nlohmann::json;
 
-// Reads an optional number at `key` of `object` into `field`, naming the key on a type error.
-void read_number(const json& object, const char* key, double& field, const std::string& where) {
-  if (!object.contains(key)) return;
-  if (!object[key].is_number()) {
-    LATTICE_THROW(ConfigError, "{}: '{}' must be a number", where, key);
-  }
-  field = object[key].get<double>();
+// Reads the optional number `key` of `object` into `field`.
+void read_number(const JsonField& object, const char* key, double& field) {
+  field = object.number_or(key, field);
 }
 
-// The integer `value` at `key`: a JSON integer, or a float with an integral value (8.0). Never
-// a cast of 3e11 into an int (undefined behaviour) or of 2.5 into 2.
-int64_t to_integer(const json& value, const char* key, const std::string& where) {
-  // Not a number ("8"): nlohmann's type_error, reported as "a field has the wrong type".
-  if (!value.is_number()) return value.get<int64_t>();
-  if (value.is_number_integer() &&
-      !(value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX))) {
-    return value.get<int64_t>();
-  }
-  if (value.is_number_float()) {
-    const double d = value.get<double>();
-    if (std::trunc(d) == d && d >= -0x1p63 && d < 0x1p63) return int64_t(d);
-  }
-  LATTICE_THROW(ConfigError,
-                "{}: '{}' is {}, expected an integer (at most {}) ---> HINT: write it as a "
-                "whole number, as `lattice bench calibrate` does",
-                where, key, value.dump(), INT64_MAX);
-}
-
-void read_string(const json& object, const char* key, std::string& field) {
-  if (object.contains(key) && object[key].is_string()) field = object[key].get<std::string>();
-}
-
-const json& member(const json& object, const char* key, const std::string& origin) {
-  if (!object.contains(key)) {
-    LATTICE_THROW(ConfigError,
-                  "{}: missing key '{}' ---> HINT: give it, or name a preset in "
-                  "\"base\"",
-                  origin, key);
-  }
-  return object[key];
-}
-
-void read_link(const json& j, LinkSpec& link, const std::string& where) {
-  read_string(j, "name", link.name);
-  read_number(j, "peak_bytes_per_s", link.peak_bytes_per_s, where);
-  read_number(j, "achievable", link.achievable, where);
-  read_number(j, "alpha_s", link.alpha_s, where);
-  read_number(j, "half_bandwidth_bytes", link.half_bandwidth_bytes, where);
+void read_link(const JsonField& j, LinkSpec& link) {
+  link.name = j.string_or("name", link.name);
+  read_number(j, "peak_bytes_per_s", link.peak_bytes_per_s);
+  read_number(j, "achievable", link.achievable);
+  read_number(j, "alpha_s", link.alpha_s);
+  read_number(j, "half_bandwidth_bytes", link.half_bandwidth_bytes);
 }
 
 Transport parse_transport(const std::string& s, const std::string& origin) {
@@ -119,21 +84,19 @@ void check_complete(const ClusterSpec& c, const std::string& origin) {
 
 namespace {
 
-ClusterSpec parse_profile_fields(const std::string& json_text, const std::string& origin) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    LATTICE_THROW(ConfigError,
-                  "{}: not a JSON object ---> HINT: write it with `lattice bench "
-                  "calibrate`",
-                  origin);
-  }
-  if (j.value("format", std::string()) != kClusterProfileFormat) {
+constexpr const char* kProfileHint =
+    "compare it with a profile written by `lattice bench calibrate` (docs/planner.md lists the "
+    "keys and their types)";
+
+ClusterSpec parse_profile_fields(const json& document, const std::string& origin) {
+  const JsonField j(document, origin, kProfileHint);
+  if (j.string_or("format", "") != kClusterProfileFormat) {
     LATTICE_THROW(ConfigError,
                   "{}: \"format\" is not \"{}\" ---> HINT: this is not a cluster "
                   "profile",
                   origin, kClusterProfileFormat);
   }
-  const int64_t version = j.contains("version") ? to_integer(j["version"], "version", origin) : 0;
+  const int64_t version = j.integer_or("version", 0);
   if (version != kClusterProfileVersion) {
     LATTICE_THROW(ConfigError,
                   "{}: profile version {} is not supported (this build reads {}) "
@@ -141,8 +104,8 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
                   origin, version, kClusterProfileVersion);
   }
   ClusterSpec c;
-  if (j.contains("base")) {
-    c = cluster_preset(member(j, "base", origin).get<std::string>());
+  if (std::optional<JsonField> base = j.find("base")) {
+    c = cluster_preset(base->string());
     c.name.clear();  // the profile's own name, or its file's
     c.gemm.clear();
     c.collectives.clear();
@@ -151,74 +114,63 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
     c.device = {};
     c.intra_node = c.inter_node = {};
   }
-  read_string(j, "name", c.name);
-  if (j.contains("gpus_per_node")) {
-    c.gpus_per_node = to_integer(j["gpus_per_node"], "gpus_per_node", origin);
-  }
-  if (j.contains("device")) {
-    const json& d = j["device"];
-    read_string(d, "name", c.device.name);
-    read_number(d, "memory_bytes", c.device.memory_bytes, origin);
-    read_number(d, "reserved_bytes", c.device.reserved_bytes, origin);
-    read_number(d, "hbm_bytes_per_s", c.device.hbm_bytes_per_s, origin);
-    read_number(d, "max_gemm_efficiency", c.device.max_gemm_efficiency, origin);
-    read_number(d, "gemm_half_dim", c.device.gemm_half_dim, origin);
-    if (d.contains("peak_flops")) {
-      read_number(d["peak_flops"], "bf16", c.device.peak_flops_bf16, origin);
-      read_number(d["peak_flops"], "fp32", c.device.peak_flops_fp32, origin);
+  c.name = j.string_or("name", c.name);
+  c.gpus_per_node = j.integer_or("gpus_per_node", c.gpus_per_node);
+  if (std::optional<JsonField> d = j.find("device")) {
+    c.device.name = d->string_or("name", c.device.name);
+    read_number(*d, "memory_bytes", c.device.memory_bytes);
+    read_number(*d, "reserved_bytes", c.device.reserved_bytes);
+    read_number(*d, "hbm_bytes_per_s", c.device.hbm_bytes_per_s);
+    read_number(*d, "max_gemm_efficiency", c.device.max_gemm_efficiency);
+    read_number(*d, "gemm_half_dim", c.device.gemm_half_dim);
+    if (std::optional<JsonField> peak = d->find("peak_flops")) {
+      read_number(*peak, "bf16", c.device.peak_flops_bf16);
+      read_number(*peak, "fp32", c.device.peak_flops_fp32);
     }
   }
-  if (j.contains("power")) {
-    const json& p = j["power"];
-    read_number(p, "busy_watts", c.power.busy_watts, origin);
-    read_number(p, "waiting_watts", c.power.waiting_watts, origin);
-    read_number(p, "node_other_watts", c.power.node_other_watts, origin);
-    read_number(p, "pue", c.power.pue, origin);
+  if (std::optional<JsonField> p = j.find("power")) {
+    read_number(*p, "busy_watts", c.power.busy_watts);
+    read_number(*p, "waiting_watts", c.power.waiting_watts);
+    read_number(*p, "node_other_watts", c.power.node_other_watts);
+    read_number(*p, "pue", c.power.pue);
   }
-  if (j.contains("price")) {
-    read_number(j["price"], "per_device_hour", c.price.per_device_hour, origin);
-    read_number(j["price"], "per_kwh", c.price.per_kwh, origin);
+  if (std::optional<JsonField> price = j.find("price")) {
+    read_number(*price, "per_device_hour", c.price.per_device_hour);
+    read_number(*price, "per_kwh", c.price.per_kwh);
   }
-  if (j.contains("links")) {
-    if (j["links"].contains("intra_node"))
-      read_link(j["links"]["intra_node"], c.intra_node, origin);
-    if (j["links"].contains("inter_node"))
-      read_link(j["links"]["inter_node"], c.inter_node, origin);
+  if (std::optional<JsonField> links = j.find("links")) {
+    if (std::optional<JsonField> intra = links->find("intra_node")) read_link(*intra, c.intra_node);
+    if (std::optional<JsonField> inter = links->find("inter_node")) read_link(*inter, c.inter_node);
   }
-  try {
-    for (const json& g : j.value("gemm", json::array())) {
-      c.gemm.push_back({.precision = parse_precision(g.at("precision").get<std::string>()),
-                        .m = to_integer(g.at("m"), "gemm[].m", origin),
-                        .n = to_integer(g.at("n"), "gemm[].n", origin),
-                        .k = to_integer(g.at("k"), "gemm[].k", origin),
-                        .efficiency = g.at("efficiency").get<double>()});
+  if (std::optional<JsonField> gemm = j.find("gemm")) {
+    for (const JsonField& g : gemm->elements()) {
+      c.gemm.push_back({.precision = parse_precision(g["precision"].string()),
+                        .m = g["m"].integer(),
+                        .n = g["n"].integer(),
+                        .k = g["k"].integer(),
+                        .efficiency = g["efficiency"].number()});
     }
-    for (const json& p : j.value("collectives", json::array())) {
-      c.collectives.push_back(
-          {.transport = parse_transport(p.at("transport").get<std::string>(), origin),
-           .op = parse_op(p.at("op").get<std::string>(), origin),
-           .group_size = to_integer(p.at("group_size"), "collectives[].group_size", origin),
-           .alpha_s = p.at("alpha_s").get<double>(),
-           .bus_bytes_per_s = p.at("bus_bytes_per_s").get<double>()});
-    }
-  } catch (const json::exception& e) {
-    LATTICE_THROW(ConfigError,
-                  "{}: malformed gemm or collectives entry: {} ---> HINT: each entry "
-                  "needs every key listed in docs/planner.md",
-                  origin, e.what());
   }
-  if (j.contains("runtime")) {
-    read_number(j["runtime"], "dp_overlap", c.runtime.dp_overlap, origin);
-    read_number(j["runtime"], "fragmentation", c.runtime.fragmentation, origin);
-    read_number(j["runtime"], "dp_bucket_bytes", c.runtime.dp_bucket_bytes, origin);
-    read_number(j["runtime"], "layer_overhead_s", c.runtime.layer_overhead_s, origin);
-    read_number(j["runtime"], "compute_efficiency", c.runtime.compute_efficiency, origin);
-    read_string(j["runtime"], "software", c.runtime.software);
-    read_string(j["runtime"], "compute_efficiency_from", c.runtime.compute_efficiency_from);
-    if (j["runtime"].contains("zero2_regathers_per_micro_batch")) {
-      c.runtime.zero2_regathers_per_micro_batch =
-          j["runtime"]["zero2_regathers_per_micro_batch"].get<bool>();
+  if (std::optional<JsonField> collectives = j.find("collectives")) {
+    for (const JsonField& p : collectives->elements()) {
+      c.collectives.push_back({.transport = parse_transport(p["transport"].string(), origin),
+                               .op = parse_op(p["op"].string(), origin),
+                               .group_size = p["group_size"].integer(),
+                               .alpha_s = p["alpha_s"].number(),
+                               .bus_bytes_per_s = p["bus_bytes_per_s"].number()});
     }
+  }
+  if (std::optional<JsonField> r = j.find("runtime")) {
+    read_number(*r, "dp_overlap", c.runtime.dp_overlap);
+    read_number(*r, "fragmentation", c.runtime.fragmentation);
+    read_number(*r, "dp_bucket_bytes", c.runtime.dp_bucket_bytes);
+    read_number(*r, "layer_overhead_s", c.runtime.layer_overhead_s);
+    read_number(*r, "compute_efficiency", c.runtime.compute_efficiency);
+    c.runtime.software = r->string_or("software", c.runtime.software);
+    c.runtime.compute_efficiency_from =
+        r->string_or("compute_efficiency_from", c.runtime.compute_efficiency_from);
+    c.runtime.zero2_regathers_per_micro_batch =
+        r->boolean_or("zero2_regathers_per_micro_batch", c.runtime.zero2_regathers_per_micro_batch);
     if (!(c.runtime.compute_efficiency > 0 && c.runtime.compute_efficiency <= 1) ||
         c.runtime.layer_overhead_s < 0 || c.runtime.dp_overlap < 0 || c.runtime.dp_overlap > 1) {
       LATTICE_THROW(ConfigError,
@@ -236,16 +188,14 @@ ClusterSpec parse_profile_fields(const std::string& json_text, const std::string
 }  // namespace
 
 ClusterSpec parse_cluster_profile(const std::string& json_text, const std::string& origin) {
-  try {
-    return parse_profile_fields(json_text, origin);
-  } catch (const json::exception& e) {
-    // A field of the wrong type ("gpus_per_node": "8"): named, not an unexpected error.
+  const json document = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded() || !document.is_object()) {
     LATTICE_THROW(ConfigError,
-                  "{}: a field has the wrong type or is missing: {} ---> HINT: compare it with a "
-                  "profile written by `lattice bench calibrate` (docs/planner.md lists the keys "
-                  "and their types)",
-                  origin, e.what());
+                  "{}: not a JSON object ---> HINT: write it with `lattice bench "
+                  "calibrate`",
+                  origin);
   }
+  return parse_profile_fields(document, origin);
 }
 
 ClusterSpec load_cluster_profile(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_field.h"
 #include "plan/model_presets.h"
 
 namespace lattice::plan {
@@ -111,19 +112,23 @@ ModelSpec parse_model_toml(const std::string& text, const std::string& origin) {
 namespace {
 
 ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  const nlohmann::json document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded() || !document.is_object()) {
     LATTICE_THROW(ConfigError, "{}: not a JSON object ---> HINT: pass a Hugging Face config.json",
                   origin);
   }
+  const JsonField j(document, origin, "pass a Hugging Face config.json as the hub writes it");
+  // The first of `keys` the file has (transformers' name, then GPT-2's); 0 when none.
   auto integer = [&](std::initializer_list<const char*> keys) -> int64_t {
     for (const char* key : keys) {
-      if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
+      if (const std::optional<JsonField> field = j.find(key); field && !field->is_null()) {
+        return field->integer();
+      }
     }
     return 0;
   };
   ModelSpec m;
-  m.name = j.value("_name_or_path", std::string());
+  m.name = j.string_or("_name_or_path", "");
   m.n_layers = integer({"num_hidden_layers", "n_layer"});
   m.n_heads = integer({"num_attention_heads", "n_head"});
   m.n_kv_heads = integer({"num_key_value_heads"});
@@ -131,7 +136,7 @@ ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
   m.d_ff = integer({"intermediate_size", "n_inner"});
   m.vocab_size = integer({"vocab_size"});
   m.max_seq_len = integer({"max_position_embeddings", "n_positions"});
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = j.string_or("model_type", "");
   if (type == "gpt2") {
     // GPT-2 code pads nothing; Megatron-style training pads to a multiple of 128.
     m.padded_vocab_size = (m.vocab_size + 127) / 128 * 128;
@@ -140,8 +145,8 @@ ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRope;
     m.mlp = MlpKind::kSwiglu;
-    m.biases = j.value("attention_bias", false);
-    m.tied_embeddings = j.value("tie_word_embeddings", false);
+    m.biases = j.boolean_or("attention_bias", false);
+    m.tied_embeddings = j.boolean_or("tie_word_embeddings", false);
     m.fused_qkv = false;
     // Mixtral and relatives: every MLP a set of experts behind a top-k router.
     m.n_experts = integer({"num_local_experts"});
@@ -154,15 +159,7 @@ ModelSpec parse_hf_fields(const std::string& text, const std::string& origin) {
 }  // namespace
 
 ModelSpec parse_model_hf_json(const std::string& text, const std::string& origin) {
-  try {
-    return parse_hf_fields(text, origin);
-  } catch (const nlohmann::json::exception& e) {
-    // A field of the wrong type ("model_type": 2): named, not an unexpected error.
-    LATTICE_THROW(ConfigError,
-                  "{}: a field has the wrong type: {} ---> HINT: pass a Hugging Face config.json "
-                  "as the hub writes it",
-                  origin, e.what());
-  }
+  return parse_hf_fields(text, origin);
 }
 
 ModelSpec load_model_file(const std::string& path) {

@@ -348,6 +348,13 @@ TEST(HfMixtral, FeaturesLatticeLacksAreClearConfigErrors) {
   };
   // A window covering the whole context is the same attention.
   EXPECT_EQ(model_config_from_hf(with("sliding_window", 64), "config.json").n_experts, 4);
+  // A field of the wrong type names its key and both types.
+  const std::string typed = config_error_of(with("num_local_experts", "4"));
+  EXPECT_NE(typed.find("config.json: 'num_local_experts' is a string (\"4\"), expected an integer"),
+            std::string::npos)
+      << typed;
+  EXPECT_NE(config_error_of(with("mlp_bias", "no")).find("'mlp_bias' is a string"),
+            std::string::npos);
   std::string what = config_error_of(with("sliding_window", 16));
   EXPECT_NE(what.find("\"sliding_window\": 16"), std::string::npos) << what;
   EXPECT_NE(what.find("---> HINT: set model.seq_len (and batch.seq_len) to at most 16"),

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -59,6 +60,23 @@ TEST(PlanCli, UnknownModelListsThePresets) {
   EXPECT_EQ(r.exit_code, 3) << r.all();
   EXPECT_NE(r.err.find("unknown model preset 'gpt-5'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("gpt2-124m"), std::string::npos) << r.err;
+}
+
+// A hand-edited cluster profile with a field of the wrong type: exit 3 naming the key and the
+// types, never nlohmann's "[json.exception.type_error.302]".
+TEST(PlanCli, AProfileFieldOfTheWrongTypeIsNamed) {
+  const std::string path = ::testing::TempDir() + "plan_cli_profile.json";
+  std::ofstream(path) << R"({"format": "lattice-cluster-profile", "version": 1,
+                             "base": "dgx-h100", "gpus_per_node": "8"})";
+  const CliResult r = run_cli(
+      plan({"--model", "gpt2-124m", "--cluster", path, "--global-batch", "64", "--seq", "1024"}),
+      kLimitS);
+  EXPECT_EQ(r.exit_code, 3) << r.all();
+  EXPECT_NE(r.err.find("'gpus_per_node' is a string (\"8\"), expected an integer"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+  std::remove(path.c_str());
 }
 
 TEST(PlanCli, MissingGlobalBatchIsRefusedWithAnExample) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 
 #include "comm/thread_world.h"
@@ -78,6 +79,24 @@ TEST(CostModel, ProfileRoundTripsAndDrivesTheChoice) {
   // A measured tree that is cheap at every size wins even for large messages.
   Tuner tuner(TransportKind::kThreads, 4, loaded);
   EXPECT_EQ(tuner.choose(Collective::kAllReduce, size_t(64) << 20), Algorithm::kTree);
+}
+
+// A profile edited by hand: a field of the wrong type names the file, the field and both types.
+TEST(CostModel, AFieldOfTheWrongTypeIsNamed) {
+  const std::string path = ::testing::TempDir() + "comm_profile_typed.json";
+  std::ofstream(path) << R"({"transport": "threads", "models": [{"collective": "all_reduce",
+      "algorithm": "ring", "group_size": 4, "alpha": "5e-5", "beta": 3e-10}]})";
+  try {
+    CostProfile::load(path);
+    ADD_FAILURE() << "a string alpha was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'models[0].alpha' is a string (\"5e-5\"), expected a "
+                                         "number"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--calibrate"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 TEST(CostModel, LoadNamesTheFileAndTheFix) {

@@ -74,11 +74,24 @@ TEST(ClusterProfile, MalformedProfilesNameTheProblem) {
     return std::string("no error");
   };
   EXPECT_NE(message("{").find("not a JSON object"), std::string::npos);
-  // A field of the wrong type is named, not an unexpected error.
+  // A field of the wrong type is named with the type expected and the one found, at any depth.
   const std::string typed = message(
       R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100", "gpus_per_node": "8"})");
-  EXPECT_NE(typed.find("p.json: a field has the wrong type"), std::string::npos) << typed;
-  EXPECT_NE(typed.find("string"), std::string::npos) << typed;
+  EXPECT_NE(typed.find("p.json: 'gpus_per_node' is a string (\"8\"), expected an integer"),
+            std::string::npos)
+      << typed;
+  const std::string nested = message(
+      R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100",
+          "gemm": [{"precision": "bf16", "m": 8, "n": 8, "k": 8, "efficiency": 0.5},
+                   {"precision": "bf16", "m": 8, "n": "8", "k": 8, "efficiency": 0.5}]})");
+  EXPECT_NE(nested.find("'gemm[1].n' is a string (\"8\"), expected an integer"), std::string::npos)
+      << nested;
+  const std::string link = message(
+      R"({"format": "lattice-cluster-profile", "version": 1, "base": "dgx-h100",
+          "links": {"inter_node": {"alpha_s": true}}})");
+  EXPECT_NE(link.find("'links.inter_node.alpha_s' is a boolean (true), expected a number"),
+            std::string::npos)
+      << link;
   EXPECT_NE(message(R"({"format": "other"})").find("format"), std::string::npos);
   EXPECT_NE(message(R"({"format": "lattice-cluster-profile", "version": 9})").find("version"),
             std::string::npos);

@@ -145,7 +145,17 @@ TEST(ModelFile, BadValuesNameTheKey) {
     parse_model_hf_json(R"({"model_type": 2, "num_hidden_layers": 2})", "config.json");
     ADD_FAILURE() << "a numeric model_type was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("config.json: a field has the wrong type"),
+    EXPECT_NE(std::string(e.what()).find("config.json: 'model_type' is a number (2), expected a "
+                                         "string"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    parse_model_hf_json(R"({"model_type": "llama", "num_hidden_layers": "2"})", "config.json");
+    ADD_FAILURE() << "a string layer count was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'num_hidden_layers' is a string (\"2\"), expected an "
+                                         "integer"),
               std::string::npos)
         << e.what();
   }
