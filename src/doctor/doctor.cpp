@@ -134,7 +134,7 @@ CheckResult check_timeouts(const DoctorInput& in) {
   const double needed = kTimeoutMargin * step;
   r.figures["predicted_step_s"] = step;
   const std::string predicted = fmt::format(
-      "a step of this config is predicted to take {:.3g} s (the probe's steps scaled: the "
+      "a step of this config is predicted to take {:.3g} s (the probe's fastest step scaled: the "
       "optimizer by the parameters, the rest by model FLOPs)",
       step);
   if (deadline < needed) {
@@ -1329,11 +1329,13 @@ double predicted_step_seconds(const TrainConfig& config, const ProbeResult& prob
   // The optimizer's part grows with the parameters, the rest with the FLOPs: on a slice of a
   // large-vocabulary model the optimizer over the embedding is much of the probe's step, and
   // scaling it by the FLOPs predicted GPT-2 124M's step 2.3× too long.
-  const double probe_step_s = probe.layout.median_step_ms() / 1e3;
+  // The fastest probe step: noise only adds time, and a prediction taken on a busy machine
+  // refused runs that then trained well within the deadline.
+  const double probe_step_s = probe.layout.fastest_step_ms() / 1e3;
   const double optimizer_s =
       probe.layout.step_optimizer_ms.empty()
           ? 0.0
-          : std::min(probe_step_s, probe.layout.median_step_optimizer_ms() / 1e3);
+          : std::min(probe_step_s, probe.layout.fastest_step_optimizer_ms() / 1e3);
   const double flops_scale = flops_per_step(c) / flops_per_step(probe.config);
   const double parameter_scale =
       double(model_parameters(c.model)) / double(model_parameters(probe.config.model));

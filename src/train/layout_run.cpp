@@ -28,6 +28,14 @@ double LayoutRunResult::median_step_optimizer_ms() const {
   return median(step_optimizer_ms);
 }
 
+double LayoutRunResult::fastest_step_ms() const {
+  return *std::min_element(step_ms.begin(), step_ms.end());
+}
+
+double LayoutRunResult::fastest_step_optimizer_ms() const {
+  return *std::min_element(step_optimizer_ms.begin(), step_optimizer_ms.end());
+}
+
 const RankRun& LayoutRunResult::stage(int stage) const {
   for (const RankRun& rank : ranks)
     if (rank.at == MeshCoordinates{.pp = stage, .dp = 0, .tp = 0}) return rank;

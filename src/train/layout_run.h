@@ -106,6 +106,10 @@ struct LayoutRunResult {
   double median_step_ms() const;            // requires steps > 0
   double median_step_cpu_ms() const;        // requires steps > 0
   double median_step_optimizer_ms() const;  // requires steps > 0
+  // The fastest timed step and optimizer part: the same work each step, so the least disturbed
+  // by whatever else shares the cores (a prediction's base; requires steps > 0).
+  double fastest_step_ms() const;
+  double fastest_step_optimizer_ms() const;
   // The rank at (stage, dp 0, tp 0).
   const RankRun& stage(int stage) const;
 };

@@ -205,6 +205,9 @@ TEST(Doctor, ThePredictedStepScalesTheOptimizerByTheParametersAndTheRestByTheFlo
   probe.config = probe_config(config, 3);
   probe.layout.step_ms = {100.0, 100.0, 100.0};
   const double all_by_flops = predicted_step_seconds(config, probe, 1);
+  // A step slowed by whatever else shared the cores does not move the prediction: the fastest.
+  probe.layout.step_ms = {100.0, 340.0, 180.0};
+  EXPECT_DOUBLE_EQ(predicted_step_seconds(config, probe, 1), all_by_flops);
   probe.layout.step_optimizer_ms = {0.0, 0.0, 0.0};
   EXPECT_DOUBLE_EQ(predicted_step_seconds(config, probe, 1), all_by_flops);
   probe.layout.step_optimizer_ms = {60.0, 60.0, 60.0};
