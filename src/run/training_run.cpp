@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/collective_async_saver.h"
@@ -503,19 +504,12 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
       session != nullptr && layout.transport == TransportKind::kGloo
           ? 0.0
           : config.elastic.straggler_factor);
-  Stopwatch loop;  // from one step's metrics line to the next
+  Stopwatch loop;                     // from one step's metrics line to the next
+  double boundary_snapshot_ms = 0.0;  // the snapshot after the previous step's line
   for (int64_t s = first_step; s < config.steps; ++s) {
     StepMetrics m = trainer.train_step();
+    m.snapshot_ms = std::exchange(boundary_snapshot_ms, 0.0);
     if (checkpoints) checkpoints->after_step();  // an async save commits once all ranks wrote
-    if (snapshots) {
-      std::optional<PhaseScope> snapshot;
-      if (!snapshots->slots()) snapshot.emplace(Phase::kSnapshot);
-      Stopwatch snapshot_time;
-      snapshots->after_step();
-      if (m.step % config.elastic.snapshot_every == 0) snapshots->save();
-      slot_phase.reset();
-      m.snapshot_ms = snapshot_time.milliseconds();
-    }
     const bool last = m.step == config.steps;
     const bool eval_due =
         trainer.has_validation() &&
@@ -542,6 +536,18 @@ void run_training(const TrainConfig& loaded, const RunOptions& args, DeviceMesh&
         std::fflush(stdout);
       }
       if (metrics) metrics->write(m, peak);
+    }
+    // The step's snapshot comes after its metrics lines: a step the next generation restores
+    // has its line on every rank, and the line of a step whose snapshot is lost is dropped when
+    // the step is trained again (MetricsLog keeps the lines up to the step it continues after).
+    if (snapshots) {
+      std::optional<PhaseScope> snapshot;
+      if (!snapshots->slots()) snapshot.emplace(Phase::kSnapshot);
+      Stopwatch snapshot_time;
+      snapshots->after_step();
+      if (m.step % config.elastic.snapshot_every == 0) snapshots->save();
+      slot_phase.reset();
+      boundary_snapshot_ms = snapshot_time.milliseconds();
     }
     if (stopped) break;
   }

@@ -45,7 +45,8 @@ struct StepMetrics {
   // The training loop's wall time for this step (run_training): ms plus what followed it before
   // the step was logged, a snapshot, a checkpoint's stall, an evaluation. 0 outside the loop.
   double loop_ms = 0.0;
-  // Of loop_ms, the in-memory snapshot's part under lattice launch (0: none this step).
+  // Of loop_ms, the in-memory snapshot's part under lattice launch: the snapshot of the step
+  // before, written at the boundary after that step's line (0: none).
   double snapshot_ms = 0.0;
   double tokens_per_s = 0.0;
   double model_flops_per_s = 0.0;
