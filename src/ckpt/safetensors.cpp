@@ -8,8 +8,8 @@
 #include <cstring>
 #include <set>
 
-#include "core/crc32c.h"
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/rank_progress.h"
 

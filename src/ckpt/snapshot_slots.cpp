@@ -12,8 +12,8 @@
 #include <map>
 #include <tuple>
 
-#include "core/crc32c.h"
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 

@@ -14,9 +14,9 @@
 
 #include "ckpt/collective_async_saver.h"
 #include "ckpt/collective_save.h"
-#include "core/crc32c.h"
 #include "ckpt/manifest.h"
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace lattice {

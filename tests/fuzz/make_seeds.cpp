@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "core/crc32c.h"
 #include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
 #include "core/arena.h"
+#include "core/crc32c.h"
 #include "data/token_file.h"
 #include "plan/cluster_profile.h"
 

@@ -3,8 +3,8 @@
 // "manifest_crc32c" and read again: the fields behind the checksum get fuzzed too.
 #include <nlohmann/json.hpp>
 
-#include "core/crc32c.h"
 #include "ckpt/manifest.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "fuzz/fuzz_target.h"
 
