@@ -21,6 +21,9 @@ void on_stop_signal(int signal) {
 void install_stop_request_handlers() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
+  // The signal lands on any thread of the rank: a blocking call there (a store's socket read, a
+  // snapshot's write, waitpid) is restarted rather than failed with EINTR mid-protocol.
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
