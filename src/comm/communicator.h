@@ -63,6 +63,9 @@ struct TuningEvent {
   Algorithm before = Algorithm::kAuto;
   Algorithm after = Algorithm::kAuto;
   std::vector<std::pair<Algorithm, double>> measured_seconds;  // max over ranks
+  // The algorithm in use and the fastest, measured a second time when the first measurement
+  // showed a gain (Tuner::confirmed_choice); empty otherwise.
+  std::vector<std::pair<Algorithm, double>> confirmed_seconds;
   // The window's time with `before` over its re-measured time: every candidate's model is
   // scaled to its re-measure times this (the calls in use share the machine).
   double in_use_factor = 1.0;

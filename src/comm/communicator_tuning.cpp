@@ -86,21 +86,32 @@ void Communicator::remeasure(Collective collective, size_t bytes, double slowdow
   event.slowdown = slowdown;
   event.before = tuner_.choose(collective, bytes);
   const double in_use_seconds = slowdown * tuner_.predict(collective, event.before, bytes);
-  for (Algorithm a : tuner_.candidates(collective)) {
+  const auto measure = [&](Algorithm a) {
     float seconds = float(time_collective(collective, a, bytes));
     all_reduce(&seconds, 1, DType::kF32, ReduceOp::kMax, kAgree);
-    event.measured_seconds.emplace_back(a, seconds);
-    if (a == event.before && seconds > 0) event.in_use_factor = in_use_seconds / seconds;
+    return double(seconds);
+  };
+  for (Algorithm a : tuner_.candidates(collective)) {
+    event.measured_seconds.emplace_back(a, measure(a));
+  }
+  event.after = Tuner::confirmed_choice(event.before, event.measured_seconds, measure,
+                                        event.confirmed_seconds);
+  // Each candidate's time: its first measurement, or the mean of both for the two measured again.
+  Tuner::Timings seconds = event.measured_seconds;
+  for (auto& [a, s] : seconds) {
+    for (const auto& [again, s2] : event.confirmed_seconds) {
+      if (again == a) s = 0.5 * (s + s2);
+    }
+  }
+  for (const auto& [a, s] : seconds) {
+    if (a == event.before && s > 0) event.in_use_factor = in_use_seconds / s;
   }
   // The calls of the window ran where they are used (inside a step, beside compute and other
   // groups' traffic), the re-measure alone: every candidate is scaled by the same factor, which
   // leaves the choice to the re-measure and lets the next windows compare like with like
   // (without it every window of a busy step would look slow and re-measure again).
-  for (auto [a, seconds] : event.measured_seconds) {
-    tuner_.rescale(collective, a, bytes, seconds * event.in_use_factor);
-  }
-  event.after = tuner_.choose(collective, bytes);
-  tuner_.remeasured(collective, bytes, event.after != event.before);
+  for (const auto& [a, s] : seconds) tuner_.rescale(collective, a, bytes, s * event.in_use_factor);
+  tuner_.remeasured(collective, bytes, event.before, event.after);
   if (rank_ == 0) {
     std::string measured;
     for (auto [a, s] : event.measured_seconds) {
@@ -109,12 +120,20 @@ void Communicator::remeasure(Collective collective, size_t bytes, double slowdow
     // A switch in one of world rank 0's groups is news (one voice per layout: the other groups
     // of its kind see the same machine); a re-measure that kept the algorithm, or another
     // group's switch, is detail.
+    std::string again;
+    for (auto [a, s] : event.confirmed_seconds) {
+      again += fmt::format(" {}={:.3f}ms", algorithm_name(a), s * 1e3);
+    }
+    if (!again.empty()) {
+      again = fmt::format("; measured again:{} ({})", again,
+                          event.after != event.before ? "the gain held" : "the gain did not hold");
+    }
     const bool news = event.after != event.before && transport_->world_rank() == 0;
     spdlog::log(news ? spdlog::level::info : spdlog::level::debug,
                 "comm tuner{}{}: {} of {} bytes on group '{}' ran {:.2f}x slower than predicted; "
-                "re-measured:{}; {} -> {} (in use {:.2f}x the re-measured time)",
+                "re-measured:{}{}; {} -> {} (in use {:.2f}x the re-measured time)",
                 when.empty() ? "" : " ", when, collective_name(collective), bytes, name_, slowdown,
-                measured, algorithm_name(event.before), algorithm_name(event.after),
+                measured, again, algorithm_name(event.before), algorithm_name(event.after),
                 event.in_use_factor);
   }
   tuning_events_.push_back(std::move(event));

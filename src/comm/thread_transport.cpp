@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "comm/reduce_kernels.h"
+#include "core/philox.h"
 
 namespace lattice {
 
@@ -138,6 +139,15 @@ void ThreadHub::set_link_delay(int src, int dst, std::chrono::microseconds delay
   link_delay_us_[size_t(src) * size_t(world_size_) + size_t(dst)].store(delay.count());
 }
 
+void ThreadHub::set_noise(double probability, std::chrono::microseconds delay, uint64_t seed,
+                          uint64_t period) {
+  LATTICE_CHECK(probability >= 0.0 && probability <= 1.0);
+  noise_seed_.store(seed);
+  noise_period_.store(period);
+  noise_delay_us_.store(delay.count());
+  noise_threshold_.store(uint32_t(std::min(probability * 4294967296.0, 4294967295.0)));
+}
+
 PendingSendPtr ThreadHub::post(int src, int dst, MessageKey key, const void* data, size_t bytes) {
   LATTICE_CHECK(dst >= 0 && dst < world_size_, "send to rank {} of {}", dst, world_size_);
   if (aborted()) throw_aborted();
@@ -182,6 +192,12 @@ void ThreadHub::take(int dst, int src, MessageKey key, size_t expected_bytes, De
     message->state = State::kTaking;
   }
   int64_t delay_us = link_delay_us_[size_t(src) * size_t(world_size_) + size_t(dst)].load();
+  if (const uint32_t threshold = noise_threshold_.load(); threshold > 0) {
+    const uint64_t n = noise_draws_.fetch_add(1), period = noise_period_.load();
+    PhiloxStream draw(noise_seed_.load(), 0x6e6f697365, n);
+    const bool bursting = period == 0 || (n / period) % 2 == 0;
+    if (bursting && draw.next_u32() < threshold) delay_us += noise_delay_us_.load();
+  }
   if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   bool size_matches = message->bytes == expected_bytes;
   if (size_matches) consume(message->data);

@@ -37,6 +37,12 @@ class ThreadHub : public std::enable_shared_from_this<ThreadHub> {
 
   // Test hook: every message from src to dst is delivered `delay` late (a slow link).
   void set_link_delay(int src, int dst, std::chrono::microseconds delay);
+  // Test hook: a noisy network: every message between any two ranks is, with `probability`,
+  // delivered `delay` late (cross traffic), drawn from a Philox stream of `seed`; with `period`
+  // > 0 only in bursts, the first `period` messages of every 2 × `period` (traffic that comes
+  // and goes, so the time a window measured is not the next one's).
+  void set_noise(double probability, std::chrono::microseconds delay, uint64_t seed,
+                 uint64_t period = 0);
 
  private:
   friend class ThreadTransport;
@@ -72,6 +78,9 @@ class ThreadHub : public std::enable_shared_from_this<ThreadHub> {
   mutable std::mutex abort_mutex_;
   std::string abort_reason_;
   std::vector<std::atomic<int64_t>> link_delay_us_;  // [src * n + dst]
+  std::atomic<uint32_t> noise_threshold_{0};         // a draw below it is delayed; 0: none
+  std::atomic<int64_t> noise_delay_us_{0};
+  std::atomic<uint64_t> noise_seed_{0}, noise_draws_{0}, noise_period_{0};
   std::mutex board_mutex_;
   std::map<uint64_t, std::map<int, uint64_t>> arrivals_;  // context -> world rank -> last seq
 };

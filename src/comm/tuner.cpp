@@ -34,6 +34,7 @@ double Tuner::predict(Collective collective, Algorithm algorithm, size_t bytes) 
 }
 
 Algorithm Tuner::choose(Collective collective, size_t bytes) const {
+  if (auto it = chosen_.find({collective, bucket(bytes)}); it != chosen_.end()) return it->second;
   Algorithm best = candidates(collective).front();
   double best_time = std::numeric_limits<double>::infinity();
   for (Algorithm a : candidates(collective)) {
@@ -57,7 +58,9 @@ bool Tuner::observe(Collective collective, Algorithm algorithm, size_t bytes, do
 Tuner::WindowResult Tuner::take_window(Collective collective, size_t bytes) {
   Window& w = windows_[{collective, bucket(bytes)}];
   WindowResult result;
-  if (w.calls > 0 && w.predicted_sum > 0) {
+  if (w.cooldown > 0) {
+    --w.cooldown;
+  } else if (w.calls > 0 && w.predicted_sum > 0) {
     result.slowdown = w.measured_sum / w.predicted_sum;
     result.excess_seconds = (w.measured_sum - w.predicted_sum) / w.calls;
   }
@@ -66,9 +69,34 @@ Tuner::WindowResult Tuner::take_window(Collective collective, size_t bytes) {
   return result;
 }
 
-void Tuner::remeasured(Collective collective, size_t bytes, bool switched) {
+void Tuner::remeasured(Collective collective, size_t bytes, Algorithm before, Algorithm chosen) {
+  const bool switched = before != chosen;
+  chosen_[{collective, bucket(bytes)}] = chosen;
   Window& w = windows_[{collective, bucket(bytes)}];
   w.length = switched ? kWindow : std::min(2 * w.length, kMaxWindow);
+  if (switched) w.cooldown = kCooldownWindows;
+}
+
+Algorithm Tuner::confirmed_choice(Algorithm in_use, const Timings& first,
+                                  const std::function<double(Algorithm)>& measure_again,
+                                  Timings& second) {
+  const auto seconds_of = [](const Timings& timings, Algorithm a) {
+    for (const auto& [algorithm, seconds] : timings) {
+      if (algorithm == a) return seconds;
+    }
+    return std::numeric_limits<double>::infinity();
+  };
+  Algorithm fastest = in_use;
+  for (const auto& [algorithm, seconds] : first) {
+    if (seconds < seconds_of(first, fastest)) fastest = algorithm;  // ties keep the earlier
+  }
+  if (fastest == in_use ||
+      !(seconds_of(first, fastest) < kSwitchGain * seconds_of(first, in_use))) {
+    return in_use;
+  }
+  second.emplace_back(in_use, measure_again(in_use));
+  second.emplace_back(fastest, measure_again(fastest));
+  return seconds_of(second, fastest) < kSwitchGain * seconds_of(second, in_use) ? fastest : in_use;
 }
 
 void Tuner::rescale(Collective collective, Algorithm algorithm, size_t bytes, double seconds) {

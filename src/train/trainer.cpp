@@ -338,13 +338,21 @@ double Trainer::run_pipeline(double global_tokens) {
 
 // Nothing is in flight between steps, so a group whose collectives ran slower than predicted
 // (CommConfig::algorithms = kRetunedAtStepBoundary) re-measures here, on every rank at once.
-// Every rank visits its groups in the same order (dp, tp, pp, embedding), and a group
-// communicates only when one of its windows closed, which its members agree on, so no rank
-// waits on a peer that is in another group's re-measure.
+// Every rank visits its groups in the same order (dp, cp, ep, the expert gradients' group, tp,
+// pp, embedding), and a group communicates only when one of its windows closed, which its
+// members agree on, so no rank waits on a peer that is in another group's re-measure.
 void Trainer::retune_collectives() {
   const std::string when = fmt::format("after step {}", step_);
-  for (Communicator* group : {parallel_.dp, parallel_.tp, parallel_.pp, parallel_.embedding}) {
-    if (group != nullptr && group->size() > 1) group->retune_at_step_boundary(when);
+  std::vector<Communicator*> visited;
+  for (Communicator* group : {parallel_.dp, parallel_.cp, parallel_.ep, parallel_.expert_dp,
+                              parallel_.tp, parallel_.pp, parallel_.embedding}) {
+    // Without expert parallelism the expert gradients' group is dp itself.
+    if (group == nullptr || group->size() <= 1 ||
+        std::find(visited.begin(), visited.end(), group) != visited.end()) {
+      continue;
+    }
+    visited.push_back(group);
+    group->retune_at_step_boundary(when);
   }
 }
 

@@ -193,6 +193,104 @@ TEST(TunerSwitch, AtStepBoundaryTheSlowSizeSwitchesOnlyWhenEveryRankCallsTheBoun
   }
 }
 
+// The hysteresis policy on its own numbers: a gain must show by kSwitchGain in the first
+// measurement and again when the two are measured a second time.
+TEST(TunerHysteresis, AGainThatDoesNotSurviveASecondMeasurementKeepsTheAlgorithm) {
+  const Tuner::Timings first = {
+      {Algorithm::kRing, 3e-3}, {Algorithm::kHalvingDoubling, 2e-3}, {Algorithm::kTree, 1e-3}};
+  std::vector<Algorithm> measured_again;
+  auto again = [&](double tree_seconds) {
+    return [&measured_again, tree_seconds](Algorithm a) {
+      measured_again.push_back(a);
+      return a == Algorithm::kTree ? tree_seconds : 2e-3;
+    };
+  };
+  Tuner::Timings second;
+  // Noise: tree looked twice as fast, then as fast as halving-doubling.
+  EXPECT_EQ(Tuner::confirmed_choice(Algorithm::kHalvingDoubling, first, again(1.9e-3), second),
+            Algorithm::kHalvingDoubling);
+  EXPECT_EQ(measured_again,
+            (std::vector<Algorithm>{Algorithm::kHalvingDoubling, Algorithm::kTree}));
+  // A real gain holds.
+  second.clear();
+  EXPECT_EQ(Tuner::confirmed_choice(Algorithm::kHalvingDoubling, first, again(1.1e-3), second),
+            Algorithm::kTree);
+  EXPECT_EQ(second.size(), 2u);
+  // A gain under the margin is not even measured again.
+  measured_again.clear();
+  second.clear();
+  const Tuner::Timings close = {{Algorithm::kHalvingDoubling, 2e-3}, {Algorithm::kTree, 1.7e-3}};
+  EXPECT_EQ(Tuner::confirmed_choice(Algorithm::kHalvingDoubling, close, again(1e-3), second),
+            Algorithm::kHalvingDoubling);
+  EXPECT_TRUE(measured_again.empty());
+}
+
+// After a switch the bucket's next kCooldownWindows windows are not judged, however slow.
+TEST(TunerHysteresis, ASwitchIsFollowedByACoolDown) {
+  Tuner tuner(TransportKind::kThreads, 4);
+  const size_t bytes = 1 << 18;
+  const Algorithm model = tuner.choose(Collective::kAllReduce, bytes);
+  const Algorithm other = model == Algorithm::kTree ? Algorithm::kRing : Algorithm::kTree;
+  tuner.remeasured(Collective::kAllReduce, bytes, model, other);
+  EXPECT_EQ(tuner.choose(Collective::kAllReduce, bytes), other);
+  auto slow_window = [&] {
+    const double predicted = tuner.predict(Collective::kAllReduce, other, bytes);
+    for (int call = 0; call < Tuner::kWindow; ++call) {
+      tuner.observe(Collective::kAllReduce, other, bytes, 10 * predicted + 1e-3);
+    }
+    return tuner.take_window(Collective::kAllReduce, bytes).slow();
+  };
+  for (int w = 0; w < Tuner::kCooldownWindows; ++w) EXPECT_FALSE(slow_window()) << w;
+  EXPECT_TRUE(slow_window());
+  // A re-measure that keeps the algorithm starts no cool-down.
+  tuner.remeasured(Collective::kAllReduce, bytes, other, other);
+  EXPECT_TRUE(slow_window());
+}
+
+// A noisy network (every message between any two ranks 30% likely to arrive 5 ms late): the
+// first window is far slower than the analytic model, and the re-measure's first measurement
+// crowns whichever candidate the noise favoured. Over 12 windows of calls every rank agrees on
+// every re-measure, the tuner never switches back to an algorithm it just left, and at most once
+// per cool-down. (The policy itself, which fails when hysteresis is off, is the two tests above.)
+TEST(TunerHysteresis, ANoisyNetworkDoesNotMakeTheTunerFlap) {
+  ThreadWorldOptions world;
+  world.config.algorithms = AlgorithmChoice::kRetunedAfterWindow;
+  world.setup = [](ThreadHub& hub) { hub.set_noise(0.3, std::chrono::milliseconds(5), 7); };
+  constexpr int64_t kCount = 1 << 14;
+  std::mutex mutex;
+  std::vector<std::vector<TuningEvent>> events;
+  run_ranks(
+      4,
+      [&](Communicator& comm) {
+        std::vector<float> grad(kCount);
+        for (int call = 0; call < 12 * Tuner::kWindow; ++call) {
+          std::fill(grad.begin(), grad.end(), 1.0f);
+          comm.all_reduce(grad.data(), kCount, DType::kF32, ReduceOp::kSum);
+          ASSERT_EQ(grad[0], 4.0f);
+        }
+        std::lock_guard lock(mutex);
+        events.push_back(comm.tuning_events());
+      },
+      world);
+  ASSERT_EQ(events.size(), 4u);
+  int switches = 0, confirmations = 0;
+  std::vector<Algorithm> path;
+  for (const TuningEvent& e : events[0]) {
+    confirmations += !e.confirmed_seconds.empty();
+    if (e.after == e.before) continue;
+    ++switches;
+    path.push_back(e.after);
+  }
+  for (size_t i = 2; i < path.size(); ++i) EXPECT_NE(path[i], path[i - 2]) << "flapped back";
+  EXPECT_LE(switches, 12 / (Tuner::kCooldownWindows + 1) + 1) << switches;
+  for (const auto& rank : events) EXPECT_EQ(rank.size(), events[0].size());  // agreed
+  RecordProperty("remeasures", int(events[0].size()));
+  RecordProperty("switches", switches);
+  RecordProperty("confirmations", confirmations);
+  std::printf("noisy network: %zu re-measures, %d measured again, %d switches\n", events[0].size(),
+              confirmations, switches);
+}
+
 // parallel.deterministic: kAuto calls run ring whatever the size and never re-measure, even
 // over a slow link, so the summation order is the same in every run.
 TEST(TunerSwitch, PinnedCallsRunRingAndNeverSwitch) {
