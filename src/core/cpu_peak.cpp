@@ -1,4 +1,5 @@
 #include "core/cpu_peak.h"
+#include <cpuid.h>
 
 #include <immintrin.h>
 
@@ -62,8 +63,11 @@ bool has_avx512_bf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
+// clang 14 does not know "amx-bf16" for __builtin_cpu_supports: read CPUID leaf 7, EDX bit 22.
 bool has_amx_bf16() {
-  return __builtin_cpu_supports("amx-bf16");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return (edx >> 22) & 1u;
 }
 
 __attribute__((target("avx512f"))) float fp32_fma_loop(float start, int64_t repeats) {

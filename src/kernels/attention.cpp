@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/thread_budget.h"
@@ -236,25 +237,25 @@ Tile copy_tile(const HeadRows& src, int64_t t0, int64_t count, int64_t hs, int64
 // Lane j of block-swap step S: rows a = r[i] and b = r[i + S] exchange their off-diagonal S × S
 // blocks (a takes b's lanes j − S where bit S of j is set, b takes a's lanes j + S where it is
 // not). After S = 8, 4, 2, 1 the 16 rows are transposed.
-using LaneIndex = int32_t __attribute__((vector_size(64)));
-template <int S>
-constexpr LaneIndex kFromBoth = {
-    (0 & S) ? 16 + 0 - S : 0,    (1 & S) ? 16 + 1 - S : 1,    (2 & S) ? 16 + 2 - S : 2,
-    (3 & S) ? 16 + 3 - S : 3,    (4 & S) ? 16 + 4 - S : 4,    (5 & S) ? 16 + 5 - S : 5,
-    (6 & S) ? 16 + 6 - S : 6,    (7 & S) ? 16 + 7 - S : 7,    (8 & S) ? 16 + 8 - S : 8,
-    (9 & S) ? 16 + 9 - S : 9,    (10 & S) ? 16 + 10 - S : 10, (11 & S) ? 16 + 11 - S : 11,
-    (12 & S) ? 16 + 12 - S : 12, (13 & S) ? 16 + 13 - S : 13, (14 & S) ? 16 + 14 - S : 14,
-    (15 & S) ? 16 + 15 - S : 15};
-template <int S>
-constexpr LaneIndex kToBoth = kFromBoth<S> + S;  // b's lanes: a's j + S, or its own j
+// Lane j of the new a: b's lane j - S where bit S of j is set, else a's own j; of the new b: its
+// own j where set, else a's j + S (indices >= 16 name b's lanes). __builtin_shufflevector, not
+// GCC-only __builtin_shuffle, so clang builds it too.
+template <int S, size_t... J>
+Vec shuffle_from_both(Vec a, Vec b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, ((J & S) ? 16 + J - S : J)...);
+}
+template <int S, size_t... J>
+Vec shuffle_to_both(Vec a, Vec b, std::index_sequence<J...>) {
+  return __builtin_shufflevector(a, b, ((J & S) ? 16 + J : J + S)...);
+}
 
 template <int S>
 void swap_blocks(Vec (&rows)[kVecLanes]) {
   for (int i = 0; i < kVecLanes; ++i) {
     if (i & S) continue;
     const Vec a = rows[i], b = rows[i + S];
-    rows[i] = __builtin_shuffle(a, b, kFromBoth<S>);
-    rows[i + S] = __builtin_shuffle(a, b, kToBoth<S>);
+    rows[i] = shuffle_from_both<S>(a, b, std::make_index_sequence<kVecLanes>{});
+    rows[i + S] = shuffle_to_both<S>(a, b, std::make_index_sequence<kVecLanes>{});
   }
 }
 
