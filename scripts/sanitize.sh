@@ -16,6 +16,7 @@
 # gives every test (cmake/LatticeLayer.cmake); leak checking stays on for Lattice's own code.
 #
 # Environment: LATTICE_SANITIZE_JOBS (parallel builds and tests, default: the number of cores),
+# LATTICE_MARCH (target ISA, default native; x86-64-v3 builds for AVX2 without AVX-512),
 # LATTICE_BUILD_ROOT (where build-tsan/ and build-asan/ go, default: the repository root).
 # A build from scratch takes 15-25 minutes on 2 shared cores; later runs rebuild what changed.
 set -euo pipefail
@@ -25,6 +26,9 @@ mode="${1:-all}"
 ctest_args=("$@")
 jobs="${LATTICE_SANITIZE_JOBS:-$(nproc)}"
 build_root="${LATTICE_BUILD_ROOT:-$root}"
+march="${LATTICE_MARCH:-native}"
+suffix=""
+[[ "$march" != native ]] && suffix="-$march"  # its own build directories, e.g. build-tsan-x86-64-v3
 
 # The ctest labels run. `cli` (tests/cli) is not among them: it runs the `lattice` executable as
 # separate processes, whose threaded code the in-process suites above already cover, and would
@@ -55,7 +59,7 @@ run_sanitizer() {
   echo "== $kind: configuring $build_dir (LATTICE_SANITIZE=\"$sanitizers\")"
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLATTICE_WERROR=ON -DLATTICE_BUILD_TESTS=ON -DLATTICE_BUILD_BENCH=OFF \
-    -DLATTICE_SANITIZE="$sanitizers" >/dev/null
+    -DLATTICE_SANITIZE="$sanitizers" -DLATTICE_MARCH="$march" >/dev/null
   local targets=()
   for suite in "${suites[@]}"; do targets+=("${suite}_tests"); done
   # The mpirun tests of comm and parallel (labels comm;mpi and parallel;mpi).
@@ -85,10 +89,10 @@ run_sanitizer() {
 summary=()
 failed=0
 if [[ "$mode" == thread || "$mode" == all ]]; then
-  run_sanitizer thread "$build_root/build-tsan" "thread"
+  run_sanitizer thread "$build_root/build-tsan$suffix" "thread"
 fi
 if [[ "$mode" == address || "$mode" == all ]]; then
-  run_sanitizer address "$build_root/build-asan" "address;undefined"
+  run_sanitizer address "$build_root/build-asan$suffix" "address;undefined"
 fi
 
 echo "== summary"
