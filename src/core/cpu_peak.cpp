@@ -1,6 +1,6 @@
 #include "core/cpu_peak.h"
-#include <cpuid.h>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -63,9 +63,16 @@ bool has_avx512_bf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
-// clang 14 does not know "amx-bf16" for __builtin_cpu_supports: read CPUID leaf 7, EDX bit 22.
+// clang 14 does not know "amx-bf16" for __builtin_cpu_supports, so this asks CPUID as GCC's
+// runtime does: leaf 7 EDX bit 22 (AMX-BF16), counted only when the OS saves the tile state
+// (OSXSAVE, leaf 1 ECX bit 27, and XCR0 bits 17 TILECFG and 18 TILEDATA).
 bool has_amx_bf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return false;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0u));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((xcr0_low & kTileState) != kTileState) return false;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   return (edx >> 22) & 1u;
 }
