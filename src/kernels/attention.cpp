@@ -236,10 +236,8 @@ Tile copy_tile(const HeadRows& src, int64_t t0, int64_t count, int64_t hs, int64
 // staged row-major in `staging` (count × hs) so the scattered accesses are reads from L1.
 // Lane j of block-swap step S: rows a = r[i] and b = r[i + S] exchange their off-diagonal S × S
 // blocks (a takes b's lanes j − S where bit S of j is set, b takes a's lanes j + S where it is
-// not). After S = 8, 4, 2, 1 the 16 rows are transposed.
-// Lane j of the new a: b's lane j - S where bit S of j is set, else a's own j; of the new b: its
-// own j where set, else a's j + S (indices >= 16 name b's lanes). __builtin_shufflevector, not
-// GCC-only __builtin_shuffle, so clang builds it too.
+// not). After S = 8, 4, 2, 1 the 16 rows are transposed. __builtin_shufflevector's indices 16-31
+// name b's lanes; GCC 12 and clang both have it (GCC's __builtin_shuffle clang has not).
 template <int S, size_t... J>
 Vec shuffle_from_both(Vec a, Vec b, std::index_sequence<J...>) {
   return __builtin_shufflevector(a, b, ((J & S) ? 16 + J - S : J)...);
