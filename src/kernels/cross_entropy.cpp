@@ -63,9 +63,13 @@ struct RowStats {
 };
 
 // Σ exp(x[v] − max) over v < count, f32 logits on vectors (kernels/simd.h: the same bits).
+// The vector term is always inlined: under TSan GCC otherwise calls a clone of it that returns
+// the 64-byte Vec, which without AVX-512 is -Wpsabi's ABI change, at no line simd.h's pragma
+// covers.
 float sum_exp_of(const float* x, int64_t count, float max) {
   return sum_lanes_vec(
-      count, [&](int64_t v) { return exp_vec(load_vec(x + v) - max); },
+      count,
+      [&](int64_t v) __attribute__((always_inline)) { return exp_vec(load_vec(x + v) - max); },
       [&](int64_t v) { return exp_fast(x[v] - max); });
 }
 float sum_exp_of(const bf16* x, int64_t count, float max) {
