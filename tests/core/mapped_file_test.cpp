@@ -53,7 +53,8 @@ TEST(MappedFile, MissingFileNamesThePath) {
 }
 
 TEST(MappedFile, DirectoryIsRefused) {
-  EXPECT_THROW(MappedFile(std::filesystem::temp_directory_path()), IoError);
+  // Braces: with parentheses clang reads the statement as declaring a variable.
+  EXPECT_THROW(MappedFile{std::filesystem::temp_directory_path()}, IoError);
 }
 
 }  // namespace
