@@ -56,7 +56,9 @@ using CrashCase = std::tuple<CommitStage, Interruption>;
 class CrashPointSweep : public ::testing::TestWithParam<CrashCase> {};
 
 TEST_P(CrashPointSweep, PreviousCheckpointSurvivesAndPartialOneIsIgnored) {
-  const auto [stage, how] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in the hooks below.
+  const CommitStage stage = std::get<0>(GetParam());
+  const Interruption how = std::get<1>(GetParam());
   fs::path root_dir =
       testing::scratch_dir(fmt::format("crash_{}_{}", commit_stage_name(stage),
                                        how == Interruption::kKilledChild ? "kill" : "throw"));

@@ -155,7 +155,8 @@ TEST(ReportCli, EveryChartOfATwoRankRunDrawsTheMetricsFilesInAHeadlessBrowser) {
                 "tokens/s");
   expect_series(xy(dataset(drawn, "mfu", "MFU")), series(rank0, key("mfu", 100)), "MFU");
 
-  for (const auto& [category, bytes] : rank0.back().at("memory").at("live").items()) {
+  for (const auto& item : rank0.back().at("memory").at("live").items()) {
+    const std::string category = item.key();  // clang 14 captures no structured binding
     const nlohmann::json& bars = dataset(drawn, "memory", category).at("data");
     ASSERT_EQ(bars.size(), 2u) << category;
     for (int rank = 0; rank < 2; ++rank) {
@@ -368,7 +369,8 @@ TEST(ReportCli, ATracedPipelineRunShowsEachStagesBubbleNextToTheSchedules) {
   // Another rank's stacked memory, chosen through the address (the page's rank selector).
   const RenderedPage rank1 = render(out / "report.html", "#memory-rank=1");
   ASSERT_TRUE(rank1.drawn.is_object()) << rank1.browser.all();
-  for (const auto& [category, bytes] : run.records[1].back().at("memory").at("live").items()) {
+  for (const auto& item : run.records[1].back().at("memory").at("live").items()) {
+    const std::string category = item.key();  // clang 14 captures no structured binding
     expect_series(xy(dataset(rank1.drawn, "memory-steps", category)),
                   series(run.records[1],
                          [&](const nlohmann::json& j) -> std::optional<double> {

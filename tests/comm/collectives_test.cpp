@@ -17,7 +17,10 @@ using Param = std::tuple<Collective, Algorithm, int>;
 class CollectiveTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CollectiveTest, MatchesReferenceBitwise) {
-  const auto [collective, algorithm, n] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in the lambda below.
+  const Collective collective = std::get<0>(GetParam());
+  const Algorithm algorithm = std::get<1>(GetParam());
+  const int n = std::get<2>(GetParam());
   std::atomic<int> checks{0};
   run_ranks(n, [&](Communicator& comm) {
     checks += testing::check_collective_bitwise(comm, collective, algorithm);
