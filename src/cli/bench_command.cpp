@@ -9,13 +9,16 @@
 //   lattice bench calibrate --out cluster_profile.json [--threads 1] [--quick]
 // measures GEMM throughput by shape and precision, memcpy bandwidth and the in-process
 // collectives' α and bus bandwidth per group size, and writes a cluster profile that
-// `lattice plan --cluster cluster_profile.json` reads (docs/planner.md, Calibration).
+// `lattice plan --cluster cluster_profile.json` reads (docs/planner.md, Calibration), and the
+// tuner's α-β per collective, algorithm and group size (--comm-out, default
+// cluster_profile.comm.json) that `lattice train --set parallel.comm_profile=FILE` reads.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -326,6 +329,7 @@ void run_bench_train(BenchTrainArgs args) {
 
 struct CalibrateArgs {
   std::string out = "cluster_profile.json";
+  std::string comm_out;  // the tuner's profile; "": `out` with .comm.json for .json
   std::string name = "this-machine";
   int threads = 1;     // per rank (and per GEMM)
   int max_ranks = 0;   // largest collective group; 0: cores ÷ threads (at least 2)
@@ -367,18 +371,20 @@ std::vector<plan::GemmMeasurement> measure_gemms(const CalibrateArgs& args) {
 }
 
 void call_collective(Communicator& comm, plan::CollectiveOp op, std::vector<float>& in,
-                     std::vector<float>& out) {
+                     std::vector<float>& out, Algorithm algorithm = Algorithm::kAuto) {
   const int64_t n = comm.size();
+  CollectiveOptions options;
+  options.algorithm = algorithm;
   switch (op) {
     case plan::CollectiveOp::kAllReduce:
-      comm.all_reduce(in.data(), int64_t(in.size()), DType::kF32, ReduceOp::kSum);
+      comm.all_reduce(in.data(), int64_t(in.size()), DType::kF32, ReduceOp::kSum, options);
       break;
     case plan::CollectiveOp::kAllGather:
-      comm.all_gather(in.data(), out.data(), int64_t(out.size()) / n, DType::kF32);
+      comm.all_gather(in.data(), out.data(), int64_t(out.size()) / n, DType::kF32, options);
       break;
     case plan::CollectiveOp::kReduceScatter:
       comm.reduce_scatter(in.data(), out.data(), int64_t(in.size()) / n, DType::kF32,
-                          ReduceOp::kSum);
+                          ReduceOp::kSum, options);
       break;
     case plan::CollectiveOp::kAllToAll: {  // equal blocks, as balanced routing sends
       const std::vector<int64_t> counts(size_t(n), int64_t(in.size()) / n);
@@ -392,13 +398,14 @@ void call_collective(Communicator& comm, plan::CollectiveOp op, std::vector<floa
 
 // Seconds per call (the tuner's algorithm), max over ranks; S = the whole buffer (nccl-tests).
 // The fastest of three timed loops: on a shared machine the slower ones measure the neighbours.
-double time_collective(Communicator& comm, plan::CollectiveOp op, int64_t bytes, double budget) {
+double time_collective(Communicator& comm, plan::CollectiveOp op, int64_t bytes, double budget,
+                       Algorithm algorithm = Algorithm::kAuto) {
   const int64_t count = bytes / 4 / comm.size() * comm.size();
   std::vector<float> in(size_t(count), 1.0f), out(size_t(count), 0.0f);
-  call_collective(comm, op, in, out);  // warm-up
+  call_collective(comm, op, in, out, algorithm);  // warm-up
   comm.barrier();
   Stopwatch once;
-  call_collective(comm, op, in, out);
+  call_collective(comm, op, in, out, algorithm);
   float first = float(once.seconds());
   comm.all_reduce(&first, 1, DType::kF32, ReduceOp::kMax);
   const int iters = int(std::clamp(budget / std::max(double(first), 1e-7), 1.0, 200.0));
@@ -406,7 +413,7 @@ double time_collective(Communicator& comm, plan::CollectiveOp op, int64_t bytes,
   for (int loop = 0; loop < 3; ++loop) {
     comm.barrier();
     Stopwatch watch;
-    for (int i = 0; i < iters; ++i) call_collective(comm, op, in, out);
+    for (int i = 0; i < iters; ++i) call_collective(comm, op, in, out, algorithm);
     float seconds = float(watch.seconds() / iters);
     comm.all_reduce(&seconds, 1, DType::kF32, ReduceOp::kMax);
     fastest = loop == 0 ? seconds : std::min(fastest, seconds);
@@ -462,6 +469,67 @@ std::vector<plan::CollectiveMeasurement> measure_collectives(const CalibrateArgs
   return out;
 }
 
+// The tuner's profile (comm/cost_model.h): every candidate algorithm of the collectives a
+// training step tunes, timed at each size and fitted to α + β·bytes, for group sizes 2, 4, 8, …
+// up to the largest (a group size the profile lacks is priced by the analytic model).
+CostProfile measure_comm_profile(const CalibrateArgs& args) {
+  const int max_ranks =
+      args.max_ranks > 0 ? args.max_ranks : std::max(2, available_cores() / args.threads);
+  const int64_t min_bytes = args.quick ? 4 << 10 : 256 << 10;
+  const int64_t max_bytes = args.quick ? 1 << 20 : 64 << 20;
+  const double budget = args.quick ? 0.005 : 0.05;
+  std::vector<int> sizes;
+  for (int n = 2; n <= max_ranks; n *= 2) sizes.push_back(n);
+  if (sizes.back() != max_ranks) sizes.push_back(max_ranks);
+  const std::pair<plan::CollectiveOp, Collective> ops[] = {
+      {plan::CollectiveOp::kAllReduce, Collective::kAllReduce},
+      {plan::CollectiveOp::kAllGather, Collective::kAllGather},
+      {plan::CollectiveOp::kReduceScatter, Collective::kReduceScatter}};
+  CostProfile profile;
+  for (const int n : sizes) {
+    std::map<std::pair<Collective, Algorithm>, std::vector<std::pair<double, double>>> points;
+    ThreadWorldOptions world;
+    world.config.algorithms = AlgorithmChoice::kModel;
+    run_ranks(
+        n,
+        [&](Communicator& comm) {
+          set_thread_budget(args.threads);
+          for (const auto& [op, collective] : ops) {
+            for (const Algorithm a : comm.tuner().candidates(collective)) {
+              for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+                const double seconds = time_collective(comm, op, bytes, budget, a);
+                if (comm.rank() == 0) points[{collective, a}].emplace_back(double(bytes), seconds);
+              }
+            }
+          }
+        },
+        world);
+    for (const auto& [key, measured] : points) {
+      CostModel model = fit_cost_model(measured);
+      if (!(model.beta > 0)) {
+        // A burst of load flattened the curve: a negative slope would price large messages as
+        // free, so the algorithm keeps its fastest measured time at every size instead.
+        model.beta = 0;
+        model.alpha = measured.front().second;
+        for (const auto& [bytes, seconds] : measured) model.alpha = std::min(model.alpha, seconds);
+      }
+      profile.set(key.first, key.second, n, model);
+      fmt::print("#   tuner {:<14} {:<4} {} ranks: alpha {:8.2f} us, 1/beta {:7.3f} GB/s\n",
+                 collective_name(key.first), algorithm_name(key.second), n, model.alpha * 1e6,
+                 model.beta > 0 ? 1e-9 / model.beta : 0.0);
+    }
+  }
+  return profile;
+}
+
+// --comm-out, or the cluster profile's name with .comm.json.
+std::string comm_profile_path(const CalibrateArgs& args) {
+  if (!args.comm_out.empty()) return args.comm_out;
+  std::filesystem::path path(args.out);
+  path.replace_extension(".comm.json");
+  return path.string();
+}
+
 void run_calibrate(const CalibrateArgs& args) {
   plan::MachineMeasurement m;
   m.name = args.name;
@@ -483,6 +551,10 @@ void run_calibrate(const CalibrateArgs& args) {
   fmt::print("# peaks (best GEMM measured): bf16 {:.1f} GFLOP/s, fp32 {:.1f} GFLOP/s\n",
              cluster.device.peak_flops_bf16 / 1e9, cluster.device.peak_flops_fp32 / 1e9);
   fmt::print("# wrote {} (use: lattice plan --cluster {})\n", args.out, args.out);
+  const std::string comm_out = comm_profile_path(args);
+  measure_comm_profile(args).save(comm_out, TransportKind::kThreads);
+  fmt::print("# wrote {} (use: lattice train CONFIG --set parallel.comm_profile={})\n", comm_out,
+             comm_out);
 }
 
 }  // namespace
@@ -521,6 +593,9 @@ void register_bench_command(CLI::App& app) {
   CLI::App* c = bench->add_subcommand(
       "calibrate", "Measure this machine and write a cluster profile for `lattice plan`");
   c->add_option("--out", cal->out, "profile JSON to write");
+  c->add_option("--comm-out", cal->comm_out,
+                "the tuner's alpha-beta profile to write (default: --out with .comm.json), for "
+                "parallel.comm_profile");
   c->add_option("--name", cal->name, "the profile's name");
   c->add_option("--threads", cal->threads, "threads per rank")->check(positive_number());
   c->add_option("--max-ranks", cal->max_ranks, "largest collective group (default cores/threads)")

@@ -600,17 +600,18 @@ void Agent::watch_stragglers() {
         others.push_back(double(t.last_step_compute_ns) / 1e9);
     }
     if (mine <= 0 || others.empty()) continue;
-    std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
-    const double median = others[others.size() / 2];
-    if (!rank.slow.observe(mine, median, factor)) continue;
+    // The median of core/statistics, as the progress line's straggler check takes it.
+    const double others_median = median(others);
+    if (!rank.slow.observe(mine, others_median, factor)) continue;
     stragglers_.push_back(
-        {.rank = r, .step = s.step, .compute_s = mine, .others_median_s = median});
+        {.rank = r, .step = s.step, .compute_s = mine, .others_median_s = others_median});
     spdlog::warn(
         "agent: rank {} (host {}, pid {}) is a straggler: {:.1f} ms of compute per step against "
         "a median of {:.1f} ms on the other ranks ({:.1f}x, above elastic.straggler_factor = {} "
         "for 3 steps, up to step {}); it is not killed, every rank waits for it ---> HINT: look "
         "for another load on its cores (lattice doctor), or set its cores apart",
-        r, host_of(rank), s.pid, 1e3 * mine, 1e3 * median, mine / median, factor, s.step);
+        r, host_of(rank), s.pid, 1e3 * mine, 1e3 * others_median, mine / others_median, factor,
+        s.step);
   }
 }
 

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/tiny_run.h"
+#include "comm/cost_model.h"
 #include "core/cpu_peak.h"
 #include "core/thread_budget.h"
 
@@ -400,7 +402,9 @@ TEST(BenchCli, ElasticNeedsTwoRanks) {
   EXPECT_NE(r.err.find("--nproc: Value 1 not in range 2 to 64"), std::string::npos) << r.err;
 }
 
-// Calibration (--quick) writes a cluster profile that `lattice plan --cluster` reads.
+// Calibration (--quick) writes a cluster profile that `lattice plan --cluster` reads, and the
+// tuner's profile (every candidate algorithm per collective and group size) that a training run
+// prices its collectives with through parallel.comm_profile.
 TEST(BenchCli, CalibrateQuickWritesAProfileThatPlanReads) {
   const auto profile = scratch_dir("bench_calibrate") / "cpu.json";
   const CliResult r = run_cli(
@@ -415,6 +419,29 @@ TEST(BenchCli, CalibrateQuickWritesAProfileThatPlanReads) {
               kLimitS);
   ASSERT_EQ(plan.exit_code, 0) << plan.all();
   EXPECT_NE(plan.out.find("\"this-machine\""), std::string::npos) << plan.out;
+
+  const auto comm = profile.parent_path() / "cpu.comm.json";
+  EXPECT_NE(r.out.find("# wrote " + comm.string() +
+                       " (use: lattice train CONFIG --set parallel.comm_profile="),
+            std::string::npos)
+      << r.out;
+  const CostProfile tuner = CostProfile::load(comm.string(), TransportKind::kThreads);
+  for (const Collective c :
+       {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+    for (const Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree}) {
+      const std::optional<CostModel> model = tuner.find(c, a, 2);
+      ASSERT_TRUE(model.has_value()) << collective_name(c) << " " << algorithm_name(a);
+      EXPECT_GT(model->predict(1 << 20), 0.0);
+    }
+  }
+  const auto data = make_corpus_dir("bench_calibrate_train");
+  const CliResult train =
+      run_cli({LATTICE_EXECUTABLE, "train", write_tiny_config(data, 2, "").string(), "--dp", "2",
+               "--set", "batch.global_batch=8", "--set", "sample.tokens=0", "--set",
+               "parallel.comm_profile=" + comm.string()},
+              kLimitS);
+  ASSERT_EQ(train.exit_code, 0) << train.all();
+  EXPECT_NE(train.out.find("under the profile " + comm.string()), std::string::npos) << train.out;
 }
 
 }  // namespace
