@@ -45,8 +45,10 @@ endfunction()
 
 # lattice_add_test_suite(NAME DEPS ...) builds tests/NAME/*_test.cpp into NAME_tests and
 # registers every test case with CTest under the label NAME.
+# SERIAL names tests (Suite.Name) that ctest runs with nothing beside them (RUN_SERIAL): those
+# whose verdict rests on this machine's speed, such as a preflight that predicts a step's time.
 function(lattice_add_test_suite name)
-  cmake_parse_arguments(ARG "" "" "DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DEPS;LABELS;SERIAL" ${ARGN})
   file(GLOB _sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cpp)
   if(NOT _sources)
     return()
@@ -62,5 +64,20 @@ function(lattice_add_test_suite name)
     # A property of its own: gtest_discover_tests flattens a list-valued ENVIRONMENT.
     list(APPEND _properties ENVIRONMENT_MODIFICATION "${_sanitizer_environment}")
   endif()
-  gtest_discover_tests(${name}_tests PROPERTIES ${_properties} DISCOVERY_TIMEOUT 60)
+  if(NOT ARG_SERIAL)
+    gtest_discover_tests(${name}_tests PROPERTIES ${_properties} DISCOVERY_TIMEOUT 60)
+    return()
+  endif()
+  list(JOIN ARG_SERIAL ":" _serial)
+  gtest_discover_tests(${name}_tests TEST_FILTER "-${_serial}" PROPERTIES ${_properties}
+                       DISCOVERY_TIMEOUT 60)
+  foreach(_test IN LISTS ARG_SERIAL)
+    add_test(NAME ${_test} COMMAND ${name}_tests --gtest_filter=${_test})
+    set_tests_properties(${_test} PROPERTIES LABELS "${name};${ARG_LABELS}" ENVIRONMENT
+                                             "OMP_NUM_THREADS=1" RUN_SERIAL TRUE)
+    if(_sanitizer_environment)
+      set_tests_properties(${_test} PROPERTIES ENVIRONMENT_MODIFICATION
+                                               "${_sanitizer_environment}")
+    endif()
+  endforeach()
 endfunction()
